@@ -1,0 +1,157 @@
+"""One tiny-model fixture for every test: a local Qwen2 of ~85k parameters, a character tokenizer, stub generation.
+
+``make_trainer`` builds any of the four trainers on the same model weights and data, so a test can run TRL's
+trainer and ours on the same batch. ``stub_generation`` replaces TRL's ``_generate`` on the instance so a test
+chooses every completion exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+from trl_zerostd.config import ZERO_STD_FIELDS
+from trl_zerostd.tiny import build_tokenizer, save_tiny_model
+
+try:
+    from trl_zerostd import ZeroStdRLOOConfig, ZeroStdRLOOTrainer
+except ImportError:  # the RLOO adapter may not exist yet
+    ZeroStdRLOOConfig = ZeroStdRLOOTrainer = None
+
+PROMPTS = ["1+1=", "2+3=", "4+4=", "3+5=", "2+2=", "1+6=", "5+3=", "7+1="]
+
+BASE_CLASSES = {"grpo": (GRPOTrainer, GRPOConfig), "rloo": (RLOOTrainer, RLOOConfig)}
+OUR_CLASSES = {"grpo": (ZeroStdGRPOTrainer, ZeroStdGRPOConfig), "rloo": (ZeroStdRLOOTrainer, ZeroStdRLOOConfig)}
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    return save_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="session")
+def base_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+
+def answer_reward(completions, prompts, **kwargs):
+    """1.0 when the completion starts with the sum asked for by the prompt ``a+b=``, else 0.0."""
+    rewards = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        a, b = prompt.rstrip("=").split("+")
+        rewards.append(float(completion.strip().startswith(str(int(a) + int(b)))))
+    return rewards
+
+
+def table_reward(table):
+    """A reward function that looks each completion up in ``table`` (missing -> None, i.e. unscorable)."""
+
+    def reward(completions, **kwargs):
+        return [table.get(completion) for completion in completions]
+
+    return reward
+
+
+@pytest.fixture
+def make_trainer(tokenizer, base_model, tmp_path):
+    """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model."""
+
+    def make(kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, **config):
+        trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
+        if trainer_cls is None:
+            pytest.skip(f"no {kind} adapter")
+        settings = dict(
+            output_dir=str(tmp_path / ("ours" if ours else "base")),
+            per_device_train_batch_size=8,
+            per_device_eval_batch_size=8,
+            num_generations=4,
+            max_completion_length=6,
+            learning_rate=1e-2,
+            beta=0.1,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=True,
+            seed=0,
+            max_steps=1,
+        )
+        settings.update(config)
+        if not ours:
+            settings = {k: v for k, v in settings.items() if k not in ZERO_STD_FIELDS}
+        args = config_cls(**settings)
+        dataset = Dataset.from_dict({"prompt": list(prompts)})
+        return trainer_cls(
+            model=copy.deepcopy(model if model is not None else base_model),
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=dataset,
+            eval_dataset=dataset,
+            processing_class=tokenizer,
+        )
+
+    return make
+
+
+def stub_generation(trainer, completions):
+    """Replace ``trainer._generate`` so the rows get ``completions`` (a list cycled over calls, or a callable
+    ``prompts -> completions``). A completion ending in ``"|"`` is cut there and gets no EOS (truncated)."""
+    tokenizer = trainer.processing_class
+    source = completions if callable(completions) else None
+    stream = None if source else itertools.cycle(completions)
+
+    def generate(prompts):
+        texts = source(prompts) if source else [next(stream) for _ in prompts]
+        prompt_ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        completion_ids = []
+        for text in texts:
+            ids = tokenizer(text.rstrip("|"), add_special_tokens=False).input_ids
+            completion_ids.append(ids if text.endswith("|") else ids + [tokenizer.eos_token_id])
+        decoded = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        if isinstance(trainer, RLOOTrainer):
+            return prompt_ids, completion_ids, decoded
+        return prompt_ids, completion_ids, None, decoded, None, {}, None, []
+
+    trainer._generate = generate
+    return trainer
+
+
+def rows_of(trainer, prompts):
+    """The dataset rows of one generation batch: each prompt repeated ``num_generations`` times."""
+    return [{"prompt": p} for p in prompts for _ in range(trainer.num_generations)]
+
+
+def move_policy_away(model, scale=0.05, seed=1):
+    """Perturb every parameter so the policy differs from the reference (at step one the KL gradient is zero)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+
+
+def loss_and_grads(trainer, batch):
+    """Loss of ``batch`` in training mode and the parameter gradients it puts on the policy."""
+    model = trainer.model
+    model.train()
+    if not hasattr(trainer, "current_gradient_accumulation_steps"):  # set by Trainer.train()
+        trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    grads = {name: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
+    return loss.detach(), grads
+
+
+def grad_norm(grads):
+    return torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())).item()

@@ -1,0 +1,213 @@
+"""Trainer plumbing shared by the GRPO and RLOO adapters: call TRL, then apply the core (``core.py``).
+
+Training mode only; in eval every override returns TRL's own result untouched. The flow per generation batch:
+
+1. ``_calculate_rewards`` keeps TRL's gathered ``(N, K)`` rewards.
+2. ``_generate_and_score_completions`` checks that every group shares one dataset prompt, runs TRL, then decides
+   the row masks on the gathered batch, recomputes the advantages over the rows allowed into the statistics,
+   zeroes the masked rows' loss masks and stores ``base_loss_mask`` (TRL's loss mask before ours) for the loss.
+3. ``_compute_loss`` hands TRL the micro-batch rows the normalisation mode keeps and forwards only the rows that
+   train; the others are placeholders whose log-probs are constants, so they add exactly zero loss and gradient.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from accelerate.utils import gather, gather_object
+
+from . import core
+from .config import masking_settings
+
+IMAGE_KEYS = ("pixel_values", "num_images")
+
+
+def select_rows(batch: dict, rows: torch.Tensor, batch_size: int) -> dict:
+    """The given rows of every per-row entry (first dimension ``batch_size``); other entries as they are."""
+    selected = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == batch_size:
+            selected[key] = value[rows.to(value.device)]
+        elif isinstance(value, list) and len(value) == batch_size:
+            selected[key] = [value[i] for i in rows.tolist()]
+        else:
+            selected[key] = value
+    return selected
+
+
+class RowMaskingMixin:
+    """Mixed in before a TRL trainer class; see the module docstring."""
+
+    def _init_row_masking(self) -> None:
+        self.masking = masking_settings(self.args)
+        self._gathered_rewards_per_func: torch.Tensor | None = None
+
+    # -- hooks for the concrete trainers ----------------------------------------------------------------------
+
+    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """``(N,)`` reward that decides zero variance."""
+        return core.weighted_task_reward(rewards_per_func, self.reward_weights)
+
+    def _row_advantages(self, rewards_per_func: torch.Tensor, stat_rows: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _finish_masked_output(self, output: dict, local_masked: torch.Tensor) -> None:
+        """Make trainer-specific outputs consistent with the zeroed rows."""
+
+    def _placeholder_inputs(self, inputs: dict, placeholders: torch.Tensor, base_loss_mask: torch.Tensor) -> dict:
+        """Under ``"keep"``, adjust the rows the loss counts but does not train (``placeholders``, ``(B,)`` bool)."""
+        return inputs
+
+    # -- overrides ------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): keep the gathered rewards for our masks
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._gathered_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL first, then our masks
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        self._check_groups_share_prompt(inputs)
+        output = super()._generate_and_score_completions(inputs)
+        return self._mask_rows(output)
+
+    def _compute_loss(self, model, inputs):
+        # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.16): TRL's loss on the planned rows
+        if not self.model.training or "base_loss_mask" not in inputs:
+            return super()._compute_loss(model, inputs)
+        inputs = dict(inputs)
+        base_loss_mask = inputs.pop("base_loss_mask")
+        loss_mask = self._loss_mask(inputs)
+        if any(key in inputs for key in IMAGE_KEYS):  # image tensors are not per row: keep and forward every row
+            if self.masking.zero_std_normalization == "exclude":
+                raise NotImplementedError("zero_std_normalization='exclude' does not support image inputs yet.")
+            rows = core.LossRows(kept=torch.arange(len(loss_mask)), active=(loss_mask.sum(dim=1) > 0).nonzero()[:, 0])
+            forward_all = True
+        else:
+            rows = core.plan_loss_rows(loss_mask, base_loss_mask, self.masking.zero_std_normalization)
+            inputs = select_rows(inputs, rows.kept, len(loss_mask))
+            base_loss_mask = base_loss_mask[rows.kept.to(base_loss_mask.device)]
+            forward_all = not self.masking.skip_masked_rows
+        active = rows.active.to(loss_mask.device)
+        placeholders = torch.ones(len(base_loss_mask), dtype=torch.bool, device=loss_mask.device)
+        placeholders[active] = False
+        # Placeholder log-probs equal the old and the reference ones: importance ratio 1, KL 0, loss exactly 0.
+        fill_logps = inputs.get("old_per_token_logps")
+        if fill_logps is None:
+            fill_logps = torch.zeros(inputs["completion_ids"].shape, device=loss_mask.device)
+        if inputs.get("ref_per_token_logps") is not None:
+            inputs["ref_per_token_logps"] = torch.where(
+                placeholders.unsqueeze(1), fill_logps, inputs["ref_per_token_logps"]
+            )
+        if self.masking.zero_std_normalization == "keep":
+            inputs = self._placeholder_inputs(inputs, placeholders, base_loss_mask)
+        with self._forwarding_only(active, fill_logps, forward_all):
+            return super()._compute_loss(model, inputs)
+
+    # -- helpers --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _loss_mask(batch: dict) -> torch.Tensor:
+        mask = batch["completion_mask"]
+        return mask * batch["tool_mask"] if batch.get("tool_mask") is not None else mask
+
+    def _check_groups_share_prompt(self, inputs: list[dict]) -> None:
+        prompts = gather_object([example.get("prompt", example) for example in inputs])
+        bad_groups = core.mismatched_groups(prompts, self.num_generations)
+        if bad_groups:
+            first = bad_groups[0] * self.num_generations
+            raise ValueError(
+                f"Group(s) {bad_groups} of the generation batch mix dataset prompts (rows {first}.."
+                f"{first + self.num_generations - 1}); each group must be num_generations={self.num_generations} "
+                "consecutive rows of one prompt, as TRL's RepeatSampler gives them. Check a custom sampler, "
+                "dataloader or rollout_func."
+            )
+
+    def _mask_rows(self, output: dict) -> dict:
+        """Decide the masks on the gathered batch, then apply this rank's slice of them to ``output``."""
+        rewards_per_func = self._gathered_rewards_per_func
+        loss_mask = self._loss_mask(output)
+        local_batch = loss_mask.shape[0]
+        device = loss_mask.device
+        truncated = core.truncated_rows(
+            output["completion_ids"], output["completion_mask"], self.processing_class.pad_token_id
+        )
+        truncated &= bool(self.mask_truncated_completions)
+        rejected = core.rejected_rows(output.get("importance_sampling_ratio"), local_batch).to(device)
+        local_rows = torch.stack([truncated.long(), rejected.long(), loss_mask.sum(dim=1).long()], dim=1)
+        truncated, rejected, row_tokens = gather(local_rows).unbind(dim=1)
+        masks = core.decide_row_masks(
+            self._task_rewards(rewards_per_func),
+            self.num_generations,
+            truncated=truncated.bool(),
+            unscorable=core.unscorable_rows(rewards_per_func),
+            rejected=rejected.bool(),
+            mask_zero_std_groups=self.masking.mask_zero_std_groups,
+            zero_std_atol=self.masking.zero_std_atol,
+            exclude_masked_from_baseline=self.masking.exclude_masked_from_baseline,
+        )
+        advantages = self._row_advantages(rewards_per_func, masks.stat_rows).masked_fill(masks.masked, 0.0)
+
+        rank = self.accelerator.process_index
+        process_slice = slice(rank * local_batch, (rank + 1) * local_batch)
+        local_masked = masks.masked[process_slice].to(device)
+        output["advantages"] = advantages[process_slice].to(output["advantages"].dtype)
+        output["base_loss_mask"] = loss_mask
+        keep_tokens = (~local_masked).unsqueeze(1).to(output["completion_mask"].dtype)
+        output["completion_mask"] = output["completion_mask"] * keep_tokens
+        if output.get("tool_mask") is not None:
+            output["tool_mask"] = output["tool_mask"] * keep_tokens
+        if self.masking.zero_std_normalization == "exclude" and "num_items_in_batch" in output:
+            output["num_items_in_batch"] = (row_tokens * masks.trainable).sum().to(output["num_items_in_batch"])
+        self._finish_masked_output(output, local_masked)
+        self._log_masks(masks, row_tokens)
+        return output
+
+    def _log_masks(self, masks: core.RowMasks, row_tokens: torch.Tensor) -> None:
+        metrics = self._metrics["train"]
+        metrics["zero_std/masked_group_frac"].append(masks.zero_std_groups.float().mean().item())
+        zero_std_tokens = (row_tokens * masks.reasons["zero_std"]).sum()
+        metrics["zero_std/masked_token_frac"].append((zero_std_tokens / row_tokens.sum().clamp(min=1)).item())
+        for reason in core.MASK_REASONS:
+            metrics[f"masked/row_frac/{reason}"].append(masks.reasons[reason].float().mean().item())
+
+    @contextmanager
+    def _forwarding_only(self, active: torch.Tensor, fill_logps: torch.Tensor, forward_all: bool):
+        """Within the block, the loss's policy forward trains only the ``active`` rows.
+
+        Other rows get ``fill_logps`` ``(B, T)`` and zero entropy, as constants: zero loss, zero gradient. They are
+        not forwarded unless ``forward_all``. With no active row one row is still forwarded at zero weight, so every
+        rank runs the same forward and collectives (DDP, ZeRO-3/FSDP gathers).
+        """
+        trl_forward = self._get_per_token_logps_and_entropies
+
+        def place(fill: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+            if forward_all:
+                out = out[active]
+            if len(active) == 0:
+                return fill.to(out.dtype) + 0.0 * out.sum()
+            return fill.to(out.dtype).index_put((active,), out)
+
+        def forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+            if forward_all:
+                rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+            else:
+                rows = active if len(active) else torch.zeros(1, dtype=torch.long, device=input_ids.device)
+            logps, entropies, aux_loss = trl_forward(
+                model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs
+            )
+            if entropies is not None:
+                entropies = place(torch.zeros_like(fill_logps), entropies)
+            if aux_loss is not None and len(active) == 0:
+                aux_loss = 0.0 * aux_loss
+            return place(fill_logps, logps), entropies, aux_loss
+
+        self._get_per_token_logps_and_entropies = forward
+        try:
+            yield
+        finally:
+            del self._get_per_token_logps_and_entropies

@@ -1,0 +1,37 @@
+"""``ZeroStdGRPOTrainer``: TRL's ``GRPOTrainer`` whose masked rows have no influence on training."""
+
+from __future__ import annotations
+
+import torch
+from trl import GRPOTrainer
+
+from . import core
+from ._masking import RowMaskingMixin
+
+
+class ZeroStdGRPOTrainer(RowMaskingMixin, GRPOTrainer):
+    """Drop-in for ``trl.GRPOTrainer`` (same constructor). In training mode only, the rows of zero-variance groups
+    and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask and exactly zero gradient, KL term
+    included, and leave the statistics of the other rows' advantages. Eval is TRL's, bit for bit."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._init_row_masking()
+
+    def _row_advantages(self, rewards_per_func: torch.Tensor, stat_rows: torch.Tensor) -> torch.Tensor:
+        return core.grpo_advantages(
+            rewards_per_func,
+            self.reward_weights,
+            self.num_generations,
+            stat_rows,
+            scale_rewards=self.scale_rewards,
+            multi_objective_aggregation=self.multi_objective_aggregation,
+        )
+
+    def _placeholder_inputs(self, inputs: dict, placeholders: torch.Tensor, base_loss_mask: torch.Tensor) -> dict:
+        # TRL's token normalisers (bnpo, entropy bonus) read the loss mask: give placeholders their base tokens back.
+        rows = placeholders.unsqueeze(1)
+        inputs["completion_mask"] = torch.where(rows, base_loss_mask, inputs["completion_mask"])
+        if inputs.get("tool_mask") is not None:
+            inputs["tool_mask"] = torch.where(rows, torch.ones_like(inputs["tool_mask"]), inputs["tool_mask"])
+        return inputs
