@@ -104,9 +104,10 @@ def make_trainer(tokenizer, base_model, tmp_path):
     return make
 
 
-def stub_generation(trainer, completions):
+def stub_generation(trainer, completions, tool_mask=None):
     """Replace ``trainer._generate`` so the rows get ``completions`` (a list cycled over calls, or a callable
-    ``prompts -> completions``). A completion ending in ``"|"`` is cut there and gets no EOS (truncated)."""
+    ``prompts -> completions``). A completion ending in ``"|"`` is cut there and gets no EOS (truncated).
+    ``tool_mask(completion_ids) -> list[int]`` (GRPO only) marks tool-output tokens with 0, as TRL's tool loop does."""
     tokenizer = trainer.processing_class
     source = completions if callable(completions) else None
     stream = None if source else itertools.cycle(completions)
@@ -121,7 +122,8 @@ def stub_generation(trainer, completions):
         decoded = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         if isinstance(trainer, RLOOTrainer):
             return prompt_ids, completion_ids, decoded
-        return prompt_ids, completion_ids, None, decoded, None, {}, None, []
+        tool_masks = [tool_mask(ids) for ids in completion_ids] if tool_mask else None
+        return prompt_ids, completion_ids, tool_masks, decoded, None, {}, None, []
 
     trainer._generate = generate
     return trainer

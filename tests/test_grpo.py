@@ -1,0 +1,331 @@
+"""ZeroStdGRPOTrainer against TRL's GRPOTrainer on the same stubbed batches: gradients, advantages, eval identity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import (
+    grad_norm,
+    loss_and_grads,
+    move_policy_away,
+    rows_of,
+    stub_generation,
+    table_reward,
+)
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_zerostd import ZeroStdGRPOTrainer
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+
+# Group 1 ("1+1=") is tied: every completion is right. Group 2 ("2+3=") is informative: two right, two wrong.
+# Lengths differ so that every token and row normaliser matters.
+TIED = ["2", "2 a", "2 bb", "2"]
+INFORMATIVE = ["5 x", "3", "5", "9 yy"]
+MIXED_PROMPTS = ["1+1=", "2+3="]
+
+
+def train_batch(trainer, prompts, completions, **stub):
+    stub_generation(trainer, completions, **stub)
+    trainer.model.train()
+    return trainer._generate_and_score_completions(rows_of(trainer, prompts))
+
+
+def assert_grads_close(actual, expected, **tolerance):
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], msg=name, **tolerance)
+
+
+def assert_all_zero(grads):
+    nonzero = [name for name, g in grads.items() if torch.count_nonzero(g)]
+    assert not nonzero, f"non-zero gradient on {nonzero}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The KL leak
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_zero_variance_rows_put_no_kl_gradient(make_trainer, scale_rewards):
+    """beta > 0, policy != reference: TRL's tied rows pull the policy (KL); ours put exactly zero gradient, and the
+    informative group still trains, exactly as TRL would train it with the tied rows' tokens masked."""
+    base = make_trainer(ours=False, beta=0.1, scale_rewards=scale_rewards)
+    ours = make_trainer(beta=0.1, scale_rewards=scale_rewards)
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+
+    _, base_tied = loss_and_grads(base, train_batch(base, ["1+1="], TIED))
+    _, ours_tied = loss_and_grads(ours, train_batch(ours, ["1+1="], TIED))
+    assert grad_norm(base_tied) > 1e-4
+    assert_all_zero(ours_tied)
+
+    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE)
+    _, ours_mixed = loss_and_grads(ours, ours_batch)
+    assert grad_norm(ours_mixed) > 1e-4
+
+    base_batch = train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE)
+    _, base_mixed = loss_and_grads(base, base_batch)
+    if scale_rewards != "batch":  # under "batch" our batch std leaves the tied rows out (rule 2), TRL's does not
+        assert torch.equal(ours_batch["advantages"], base_batch["advantages"])
+    # TRL's loss with our advantages and the tied rows' tokens masked, normalisers unchanged ("keep"):
+    base_batch["advantages"] = ours_batch["advantages"]
+    base_batch["completion_mask"][:4] = 0
+    _, base_without_tied = loss_and_grads(base, base_batch)
+    assert_grads_close(ours_mixed, base_without_tied, rtol=1e-5, atol=1e-7)
+    assert grad_norm({k: base_mixed[k] - ours_mixed[k] for k in ours_mixed}) > 1e-5
+
+
+def test_masked_rows_of_every_reason_put_no_kl_gradient(make_trainer):
+    """Unscorable rows get advantage 0 in TRL 1.16 but keep their KL term; ours put no gradient at all."""
+    reward = table_reward({"5 x": 1.0, "3": 0.0})  # the other completions are unscorable (None)
+    base = make_trainer(ours=False, beta=0.1, reward_funcs=reward)
+    ours = make_trainer(beta=0.1, reward_funcs=reward)
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+    completions = ["9 yy", "2 a", "2 bb", "2"]
+    _, base_grads = loss_and_grads(base, train_batch(base, ["2+3="], completions))
+    ours_batch = train_batch(ours, ["2+3="], completions)
+    _, ours_grads = loss_and_grads(ours, ours_batch)
+    assert grad_norm(base_grads) > 1e-4
+    assert_all_zero(ours_grads)
+    assert ours._metrics["train"]["masked/row_frac/unscorable"][-1] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Normalisation modes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_keep_gradients_equal_trl_without_kl(make_trainer, loss_type):
+    """'keep', beta=0, no entropy bonus: the fix removes nothing that had a reward behind it."""
+    base = make_trainer(ours=False, beta=0.0, loss_type=loss_type)
+    ours = make_trainer(beta=0.0, loss_type=loss_type, zero_std_normalization="keep")
+    base_loss, base_grads = loss_and_grads(base, train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE))
+    ours_loss, ours_grads = loss_and_grads(ours, train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE))
+    assert grad_norm(ours_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_exclude_gradients_equal_trl_on_batch_without_masked_rows(make_trainer, loss_type):
+    """'exclude': the gradients are TRL's on the informative group alone (beta > 0, policy moved)."""
+    base = make_trainer(ours=False, beta=0.1, loss_type=loss_type)
+    ours = make_trainer(beta=0.1, loss_type=loss_type, zero_std_normalization="exclude")
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+    base_loss, base_grads = loss_and_grads(base, train_batch(base, ["2+3="], INFORMATIVE))
+    ours_loss, ours_grads = loss_and_grads(ours, train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE))
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+def test_exclude_recounts_num_items_with_tool_mask(make_trainer):
+    """num_items_in_batch under 'exclude' counts the masked loss mask, tool tokens (tool_mask 0) left out."""
+
+    def tool_mask(ids):
+        return [1] + [0] * (len(ids) - 2) + [1] if len(ids) > 2 else [1] * len(ids)
+
+    base = make_trainer(ours=False, loss_type="dapo")
+    ours = make_trainer(loss_type="dapo", zero_std_normalization="exclude")
+    base_batch = train_batch(base, ["2+3="], INFORMATIVE, tool_mask=tool_mask)
+    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
+    assert ours_batch["num_items_in_batch"].item() == base_batch["num_items_in_batch"].item()
+    assert base_batch["num_items_in_batch"].item() < base_batch["completion_mask"].sum().item()
+    base_loss, base_grads = loss_and_grads(base, base_batch)
+    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_skipping_masked_rows_changes_nothing_but_compute(make_trainer, loss_type, normalization, monkeypatch):
+    """Rows with no active token are not forwarded in the loss; loss and gradients equal the full forward."""
+    results = {}
+    for skip in (True, False):
+        trainer = make_trainer(
+            beta=0.1,
+            loss_type=loss_type,
+            zero_std_normalization=normalization,
+            skip_masked_rows=skip,
+            mask_truncated_completions=True,
+        )
+        move_policy_away(trainer.model)
+        batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
+        rows_forwarded = []
+        forward = trainer.model.forward
+
+        def counting_forward(*args, _forward=forward, _rows=rows_forwarded, **kwargs):
+            _rows.append(kwargs["input_ids"].shape[0])
+            return _forward(*args, **kwargs)
+
+        monkeypatch.setattr(trainer.model, "forward", counting_forward)
+        results[skip] = (*loss_and_grads(trainer, batch), sum(rows_forwarded))
+    (skip_loss, skip_grads, skip_rows), (full_loss, full_grads, full_rows) = results[True], results[False]
+    torch.testing.assert_close(skip_loss, full_loss)
+    assert_grads_close(skip_grads, full_grads, rtol=1e-5, atol=1e-7)
+    assert (skip_rows, full_rows) == (3, 8 if normalization == "keep" else 4)
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+@pytest.mark.parametrize("skip", [True, False])
+def test_all_masked_batch_gives_zero_loss_and_gradient(make_trainer, normalization, skip):
+    trainer = make_trainer(beta=0.1, zero_std_normalization=normalization, skip_masked_rows=skip)
+    move_policy_away(trainer.model)
+    batch = train_batch(trainer, ["1+1=", "4+4="], TIED + ["9", "1", "1 a", "0"])
+    assert torch.equal(batch["advantages"], torch.zeros(8))
+    loss, grads = loss_and_grads(trainer, batch)
+    assert loss.item() == 0.0
+    assert_all_zero(grads)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Advantages and masks (issue: masked rows leave every baseline)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_zero_variance_decision_ignores_reward_scaling(make_trainer, scale_rewards, aggregation):
+    trainer = make_trainer(scale_rewards=scale_rewards, multi_objective_aggregation=aggregation)
+    batch = train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
+    assert batch["completion_mask"][:4].sum() == 0 and batch["completion_mask"][4:].sum(dim=1).min() > 0
+    assert torch.equal(batch["advantages"][:4], torch.zeros(4))
+    assert batch["advantages"][4:].abs().min() > 0
+    metrics = trainer._metrics["train"]
+    assert metrics["zero_std/masked_group_frac"][-1] == 0.5
+    assert metrics["masked/row_frac/zero_std"][-1] == 0.5
+    expected_tokens = batch["base_loss_mask"][:4].sum() / batch["base_loss_mask"].sum()
+    assert metrics["zero_std/masked_token_frac"][-1] == pytest.approx(expected_tokens.item())
+
+
+def test_base_metrics_keep_their_meaning(make_trainer):
+    base = make_trainer(ours=False)
+    ours = make_trainer()
+    train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE)
+    train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE)
+    for key in ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length"):
+        assert ours._metrics["train"][key] == base._metrics["train"][key], key
+
+
+@pytest.mark.parametrize("exclude_from_baseline", [True, False])
+def test_truncated_outlier_does_not_move_siblings(make_trainer, exclude_from_baseline):
+    """A truncated row (no EOS, masked by TRL) with an outlier reward leaves its siblings' advantages alone."""
+    advantages = {}
+    for outlier in (100.0, -50.0):
+        reward = table_reward({"5 x": outlier, "3": 0.0, "5": 1.0, "9 yy": 0.0})
+        trainer = make_trainer(
+            reward_funcs=reward, mask_truncated_completions=True, exclude_masked_from_baseline=exclude_from_baseline
+        )
+        batch = train_batch(trainer, ["2+3="], ["5 x|", "3", "5", "9 yy"])
+        assert batch["completion_mask"][0].sum() == 0 and batch["advantages"][0] == 0.0
+        advantages[outlier] = batch["advantages"][1:]
+        assert trainer._metrics["train"]["masked/row_frac/truncated"][-1] == 0.25
+    if exclude_from_baseline:
+        assert torch.equal(advantages[100.0], advantages[-50.0])
+        torch.testing.assert_close(advantages[100.0], expected_group_advantages([0.0, 1.0, 0.0]))
+    else:  # TRL's own statistics: the outlier leaks into the siblings' baseline
+        assert not torch.equal(advantages[100.0], advantages[-50.0])
+
+
+def expected_group_advantages(rewards):
+    rewards = torch.tensor(rewards)
+    return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+
+
+def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
+    """A row whose sequence-level importance-sampling ratio is 0 (vLLM sequence_mask) is masked and leaves the
+    baseline; vLLM itself is not needed: the ratio is fed into TRL's output."""
+    trl_generate_and_score = GRPOTrainer._generate_and_score_completions
+
+    def with_rejected_first_row(self, inputs):
+        output = trl_generate_and_score(self, inputs)
+        ratio = torch.ones(len(output["advantages"]), 1)
+        ratio[0] = 0.0
+        output["importance_sampling_ratio"] = ratio
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", with_rejected_first_row)
+    advantages = {}
+    for first in ("5 x", "9 yy"):
+        trainer = make_trainer()
+        batch = train_batch(trainer, ["2+3="], [first, "3", "5", "9 yy"])
+        assert batch["completion_mask"][0].sum() == 0 and batch["advantages"][0] == 0.0
+        assert trainer._metrics["train"]["masked/row_frac/rejected"][-1] == 0.25
+        advantages[first] = batch["advantages"][1:]
+    assert torch.equal(advantages["5 x"], advantages["9 yy"])
+    torch.testing.assert_close(advantages["5 x"], expected_group_advantages([0.0, 1.0, 0.0]))
+
+
+def test_group_mixing_prompts_is_an_error(make_trainer):
+    trainer = make_trainer()
+    stub_generation(trainer, TIED + INFORMATIVE)
+    trainer.model.train()
+    rows = [{"prompt": "1+1="}] * 3 + [{"prompt": "2+3="}] * 5
+    with pytest.raises(ValueError, match="mix dataset prompts"):
+        trainer._generate_and_score_completions(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Eval is TRL's, bit for bit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def answer_or_not(prompts):
+    """Deterministic per prompt, so both trainers see the same completions whatever the eval order."""
+    return [("2" if p == "1+1=" else "3 z") if i % 2 else "8" for i, p in enumerate(prompts)]
+
+
+@pytest.mark.parametrize("num_generations_eval", [None, 1])
+def test_eval_is_bit_identical(make_trainer, num_generations_eval):
+    trainers = [make_trainer(ours=ours, beta=0.1, num_generations_eval=num_generations_eval) for ours in (False, True)]
+    outputs, losses, metrics = [], [], []
+    for trainer in trainers:
+        move_policy_away(trainer.model)
+        stub_generation(trainer, answer_or_not)
+        trainer.model.eval()
+        generations = trainer.num_generations_eval
+        rows = [{"prompt": p} for p in ["1+1=", "2+3="] for _ in range(generations)]
+        output = trainer._generate_and_score_completions(rows)
+        with torch.no_grad():
+            losses.append(trainer.compute_loss(trainer.model, output))
+        outputs.append(output)
+        metrics.append({k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k})
+    base, ours = outputs
+    assert base.keys() == ours.keys()
+    for key in base:
+        assert torch.equal(base[key], ours[key]), key
+    assert torch.equal(losses[0], losses[1])
+    assert metrics[0] == metrics[1]
+    assert "eval_loss" in metrics[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# End to end
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_train_end_to_end_with_real_generation(make_trainer):
+    trainer = make_trainer(max_steps=2, beta=0.04, temperature=1.0)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
+    assert len(logged) == 2
+    for entry in logged:
+        assert 0.0 <= entry["zero_std/masked_group_frac"] <= 1.0
+        assert all(f"masked/row_frac/{reason}" in entry for reason in ("zero_std", "truncated", "unscorable", "rejected"))
+
+
+def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_dir):
+    args = GRPOConfig(
+        output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none", use_cpu=True
+    )
+    trainer = ZeroStdGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=make_trainer().train_dataset,
+    )
+    assert (trainer.masking.mask_zero_std_groups, trainer.masking.zero_std_normalization) == (True, "keep")
+    assert trainer.masking.zero_std_atol == 1e-6 and trainer.masking.exclude_masked_from_baseline
