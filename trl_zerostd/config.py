@@ -66,13 +66,23 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
 
 
+def check_num_generations(config) -> None:
+    """Group-relative advantages compare at least 2 completions of a prompt in training."""
+    if config.num_generations is not None and config.num_generations < 2:
+        raise ValueError(
+            f"num_generations must be at least 2 in training (got {config.num_generations}): a group of one "
+            "completion has no baseline to compare with. num_generations_eval may be 1."
+        )
+
+
 @dataclass
 class ZeroStdGRPOConfig(GRPOConfig, ZeroStdArguments):
     """``GRPOConfig`` plus the fields of ``ZeroStdArguments``."""
 
     def __post_init__(self):
-        super().__post_init__()
         validate_settings(self)
+        check_num_generations(self)
+        super().__post_init__()
 
 
 @dataclass
@@ -80,5 +90,6 @@ class ZeroStdRLOOConfig(RLOOConfig, ZeroStdArguments):
     """``RLOOConfig`` plus the fields of ``ZeroStdArguments``."""
 
     def __post_init__(self):
-        super().__post_init__()
         validate_settings(self)
+        check_num_generations(self)
+        super().__post_init__()

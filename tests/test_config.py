@@ -1,0 +1,68 @@
+"""Config fields: defaults, validation that names the field, CLI parsing, and the supported TRL range."""
+
+import pytest
+from trl import GRPOConfig, TrlParser
+
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdRLOOConfig
+from trl_zerostd._compat import check_trl_version
+from trl_zerostd.config import masking_settings
+
+CPU = {"report_to": "none", "use_cpu": True}  # TRL configs default to bf16, which needs a GPU
+
+
+@pytest.mark.parametrize("config_cls", [ZeroStdGRPOConfig, ZeroStdRLOOConfig])
+def test_defaults(config_cls, tmp_path):
+    config = config_cls(output_dir=str(tmp_path), **CPU)
+    assert (config.mask_zero_std_groups, config.zero_std_atol, config.zero_std_normalization) == (True, 1e-6, "keep")
+    assert config.exclude_masked_from_baseline and config.skip_masked_rows
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("zero_std_normalization", "drop"), ("zero_std_atol", -1.0), ("zero_std_atol", float("nan"))]
+)
+def test_bad_values_name_the_field(field, value, tmp_path):
+    with pytest.raises(ValueError, match=field):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
+
+
+def test_plain_trl_config_gets_defaults_and_is_validated(tmp_path):
+    settings = masking_settings(GRPOConfig(output_dir=str(tmp_path), **CPU))
+    assert settings.zero_std_normalization == "keep" and settings.mask_zero_std_groups
+    config = GRPOConfig(output_dir=str(tmp_path), **CPU)
+    config.zero_std_atol = -0.5
+    with pytest.raises(ValueError, match="zero_std_atol"):
+        masking_settings(config)
+
+
+def test_every_field_is_a_cli_flag(tmp_path):
+    (config,) = TrlParser((ZeroStdGRPOConfig,)).parse_args_into_dataclasses(
+        [
+            "--output_dir", str(tmp_path), "--report_to", "none", "--use_cpu", "true",
+            "--mask_zero_std_groups", "false", "--zero_std_atol", "0.5",
+            "--zero_std_normalization", "exclude", "--exclude_masked_from_baseline", "false",
+            "--skip_masked_rows", "false",
+        ]
+    )  # fmt: skip
+    assert not config.mask_zero_std_groups and config.zero_std_atol == 0.5
+    assert config.zero_std_normalization == "exclude"
+    assert not config.exclude_masked_from_baseline and not config.skip_masked_rows
+    with pytest.raises(SystemExit):
+        TrlParser((ZeroStdGRPOConfig,)).parse_args_into_dataclasses(
+            ["--output_dir", str(tmp_path), "--use_cpu", "true", "--zero_std_normalization", "drop"]
+        )
+
+
+def test_num_generations_below_two_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="num_generations"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, num_generations=1)
+
+
+@pytest.mark.parametrize("version", ["1.15.0", "1.17.0", "0.29.1"])
+def test_unsupported_trl_is_refused_with_the_range(version):
+    with pytest.raises(ImportError, match=r"trl>=1\.16\.0,<1\.17\.0"):
+        check_trl_version(version)
+
+
+def test_supported_trl_is_accepted():
+    check_trl_version("1.16.0")
+    check_trl_version("1.16.3")
