@@ -151,7 +151,9 @@ def loss_and_grads(trainer, batch):
     model.zero_grad(set_to_none=True)
     loss = trainer.compute_loss(model, batch)
     loss.backward()
-    grads = {name: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()}
+    grads = {
+        name: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for name, p in model.named_parameters()
+    }
     return loss.detach(), grads
 
 

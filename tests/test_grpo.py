@@ -134,8 +134,8 @@ def test_exclude_recounts_num_items_with_tool_mask(make_trainer):
     ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
     assert ours_batch["num_items_in_batch"].item() == base_batch["num_items_in_batch"].item()
     assert base_batch["num_items_in_batch"].item() < base_batch["completion_mask"].sum().item()
-    base_loss, base_grads = loss_and_grads(base, base_batch)
-    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
+    _, base_grads = loss_and_grads(base, base_batch)
+    _, ours_grads = loss_and_grads(ours, ours_batch)
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
@@ -314,7 +314,9 @@ def test_train_end_to_end_with_real_generation(make_trainer):
     assert len(logged) == 2
     for entry in logged:
         assert 0.0 <= entry["zero_std/masked_group_frac"] <= 1.0
-        assert all(f"masked/row_frac/{reason}" in entry for reason in ("zero_std", "truncated", "unscorable", "rejected"))
+        assert all(
+            f"masked/row_frac/{reason}" in entry for reason in ("zero_std", "truncated", "unscorable", "rejected")
+        )
 
 
 def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_dir):

@@ -1,8 +1,7 @@
 """The TRL range this package follows. We override private TRL methods, so any other release is refused."""
 
-from packaging.version import Version
-
 import trl
+from packaging.version import Version
 
 SUPPORTED_TRL = (Version("1.16.0"), Version("1.17.0"))  # [low, high)
 SUPPORTED_TRL_TEXT = f"trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}"
