@@ -68,7 +68,9 @@ def table_reward(table):
 def make_trainer(tokenizer, base_model, tmp_path):
     """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model."""
 
-    def make(kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, **config):
+    def make(
+        kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, peft_config=None, **config
+    ):
         trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
         if trainer_cls is None:
             pytest.skip(f"no {kind} adapter")
@@ -99,6 +101,7 @@ def make_trainer(tokenizer, base_model, tmp_path):
             train_dataset=dataset,
             eval_dataset=dataset,
             processing_class=tokenizer,
+            peft_config=peft_config,
         )
 
     return make
@@ -135,11 +138,13 @@ def rows_of(trainer, prompts):
 
 
 def move_policy_away(model, scale=0.05, seed=1):
-    """Perturb every parameter so the policy differs from the reference (at step one the KL gradient is zero)."""
+    """Perturb every trainable parameter (LoRA adapters only, under PEFT) so the policy differs from the reference:
+    at step one they are equal and the KL gradient is zero whatever the code does."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+            if parameter.requires_grad:
+                parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
 
 
 def loss_and_grads(trainer, batch):

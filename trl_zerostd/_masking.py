@@ -12,15 +12,23 @@ Training mode only; in eval every override returns TRL's own result untouched. T
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from contextlib import contextmanager
+from dataclasses import asdict
 
 import torch
 from accelerate.utils import gather, gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import core
-from .config import masking_settings
+from .config import ZeroStdArguments, masking_settings
 
 IMAGE_KEYS = ("pixel_values", "num_images")
+SETTINGS_FILE = "zero_std_settings.json"
+
+logger = logging.getLogger(__name__)
 
 
 def select_rows(batch: dict, rows: torch.Tensor, batch_size: int) -> dict:
@@ -107,6 +115,28 @@ class RowMaskingMixin:
             inputs = self._placeholder_inputs(inputs, placeholders, base_loss_mask)
         with self._forwarding_only(active, fill_logps, forward_all):
             return super()._compute_loss(model, inputs)
+
+    def _save_checkpoint(self, model, trial):
+        # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's fields travel with the checkpoint
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(folder, SETTINGS_FILE), "w") as f:
+                json.dump(asdict(self.masking), f, indent=2)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's fields
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, SETTINGS_FILE) if checkpoint else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                saved = ZeroStdArguments(**json.load(f))
+            changed = {k: v for k, v in asdict(saved).items() if getattr(self.masking, k) != v}
+            if changed:
+                logger.warning(f"Resuming with the checkpoint's trl_zerostd settings {changed} (the run's differ).")
+            self.masking = saved
 
     # -- helpers --------------------------------------------------------------------------------------------
 
