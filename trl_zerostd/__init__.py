@@ -6,6 +6,7 @@ check_trl_version()
 
 from .config import ZeroStdArguments, ZeroStdGRPOConfig, ZeroStdRLOOConfig  # noqa: E402
 from .grpo import ZeroStdGRPOTrainer  # noqa: E402
+from .rloo import ZeroStdRLOOTrainer  # noqa: E402
 
-__all__ = ["ZeroStdArguments", "ZeroStdGRPOConfig", "ZeroStdGRPOTrainer", "ZeroStdRLOOConfig"]
+__all__ = ["ZeroStdArguments", "ZeroStdGRPOConfig", "ZeroStdGRPOTrainer", "ZeroStdRLOOConfig", "ZeroStdRLOOTrainer"]
 __version__ = "0.1.0"
