@@ -4,6 +4,7 @@ generation, PEFT, checkpoint and resume, bad reward output. GRPO is the vehicle;
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -136,3 +137,18 @@ def test_reward_function_with_wrong_number_of_values_is_named(make_trainer):
     trainer.model.train()
     with pytest.raises(ValueError, match="short_reward.*returned 1 rewards"):
         trainer._generate_and_score_completions(rows_of(trainer, ["1+1="]))
+
+
+def test_metrics_reach_an_offline_tracker(make_trainer):
+    """report_to="tensorboard": the package's metrics are logged through the trainer's own metric store."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = make_trainer(max_steps=2, report_to="tensorboard")
+    trainer.train()
+    (event_file,) = Path(trainer.args.output_dir).rglob("events.out.tfevents*")
+    events = EventAccumulator(str(event_file))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    for name in ("zero_std/masked_group_frac", "zero_std/masked_token_frac", "masked/row_frac/truncated"):
+        assert f"train/{name}" in tags, tags
+    assert len(events.Scalars("train/zero_std/masked_group_frac")) == 2
