@@ -77,7 +77,7 @@ def expand_groups(per_group: torch.Tensor, num_generations: int) -> torch.Tensor
 
 def mismatched_groups(prompts: Sequence[Any], num_generations: int) -> list[int]:
     """Indices of groups whose ``num_generations`` consecutive rows do not all carry the same prompt."""
-    if len(prompts) % num_generations != 0:
+    if num_generations < 1 or len(prompts) % num_generations != 0:
         raise ValueError(f"{len(prompts)} rows is not a whole number of groups of num_generations={num_generations}.")
     return [
         start // num_generations
