@@ -331,3 +331,10 @@ def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_
     )
     assert (trainer.masking.mask_zero_std_groups, trainer.masking.zero_std_normalization) == (True, "keep")
     assert trainer.masking.zero_std_atol == 1e-6 and trainer.masking.exclude_masked_from_baseline
+
+
+def test_completions_table_shows_the_advantages_that_train(make_trainer):
+    trainer = make_trainer(mask_truncated_completions=True)
+    batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
+    assert list(trainer._logs["advantages"]) == batch["advantages"].tolist()
+    assert batch["advantages"][4] == 0.0  # truncated: TRL itself gives it a non-zero advantage

@@ -1,5 +1,6 @@
 """The shared trainer plumbing (``_masking.py``) in the wider TRL setup: accumulation, several iterations per
-generation, PEFT, checkpoint and resume, bad reward output. GRPO is the vehicle; RLOO shares the code."""
+generation, PEFT, checkpoint and resume, bad reward output, masked rows skipping the scoring forwards and the reward
+calls that needs. GRPO is the vehicle; RLOO shares the code."""
 
 from __future__ import annotations
 
@@ -8,11 +9,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import grad_norm, loss_and_grads, move_policy_away, rows_of, stub_generation
+from conftest import (
+    answer_reward,
+    grad_norm,
+    loss_and_grads,
+    move_policy_away,
+    rows_of,
+    stub_generation,
+    table_reward,
+)
 from peft import LoraConfig
 from test_grpo import INFORMATIVE, MIXED_PROMPTS, TIED, assert_all_zero, assert_grads_close, train_batch
 
-from trl_zerostd._masking import SETTINGS_FILE
+from trl_zerostd._masking import SETTINGS_FILE, rows_to_forward
+from trl_zerostd.benchmark import ForwardCounter
 
 
 def micro_batches(trainer, prompts, completions, steps):
@@ -152,3 +162,189 @@ def test_metrics_reach_an_offline_tracker(make_trainer):
     for name in ("zero_std/masked_group_frac", "zero_std/masked_token_frac", "masked/row_frac/truncated"):
         assert f"train/{name}" in tags, tags
     assert len(events.Scalars("train/zero_std/masked_group_frac")) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scoring forwards (issue 5): masked rows skip the reference and old-policy forwards
+# ---------------------------------------------------------------------------------------------------------------
+
+SCORING_CASES = {  # completions of MIXED_PROMPTS, extra config, rows the scoring forwards keep
+    "zero_std": (TIED + INFORMATIVE, {}, 4),
+    "truncated": (TIED + ["5 x|"] + INFORMATIVE[1:], {"mask_truncated_completions": True}, 3),
+    "unscorable": (TIED + INFORMATIVE, {"reward_funcs": table_reward({"5 x": 1.0, "3": 0.0, "5": 1.0})}, 3),
+}
+SCORING_CONFIG = {"grpo": {"beta": 0.1, "num_iterations": 2}, "rloo": {"beta": 0.1}}  # both forwards run
+
+
+def scored_with_counts(trainer, prompts, completions):
+    """``train_batch`` plus the rows the policy and the reference model forwarded while scoring."""
+    policy, reference = ForwardCounter(trainer.model), ForwardCounter(trainer.ref_model)
+    policy.counting = reference.counting = True
+    batch = train_batch(trainer, prompts, completions)
+    policy.counting = reference.counting = False
+    return batch, policy.rows, reference.rows
+
+
+@pytest.mark.parametrize("case", list(SCORING_CASES))
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_scoring_forwards_skip_masked_rows_and_change_nothing_else(make_trainer, kind, case):
+    """skip_masked_rows: the reference and old-policy forwards see the unmasked rows only; the batch, the loss and
+    the gradients are those of the full forwards, and so is every logged metric but those RLOO takes from the KL."""
+    completions, config, kept = SCORING_CASES[case]
+    results = {}
+    for skip in (True, False):
+        trainer = make_trainer(kind, skip_masked_rows=skip, **SCORING_CONFIG[kind], **config)
+        move_policy_away(trainer.model)
+        batch, policy_rows, reference_rows = scored_with_counts(trainer, MIXED_PROMPTS, completions)
+        results[skip] = (trainer, batch, (policy_rows, reference_rows), *loss_and_grads(trainer, batch))
+    (ours, skip_batch, skip_rows, skip_loss, skip_grads) = results[True]
+    (full, full_batch, full_rows, full_loss, full_grads) = results[False]
+    assert (skip_rows, full_rows) == ((kept, kept), (8, 8))
+
+    trains = skip_batch["completion_mask"].sum(dim=1) > 0
+    assert int(trains.sum()) == kept and grad_norm(skip_grads) > 1e-4
+    assert skip_batch.keys() == full_batch.keys()
+    for key in skip_batch.keys() - {"old_per_token_logps", "ref_per_token_logps", "old_logps"}:
+        assert torch.equal(skip_batch[key], full_batch[key]), key
+    for key in skip_batch.keys() & {"old_per_token_logps", "ref_per_token_logps", "old_logps"}:
+        torch.testing.assert_close(skip_batch[key][trains], full_batch[key][trains], msg=key)
+        assert not skip_batch[key][~trains].any(), key  # skipped: 0 (RLOO's old_logps of masked rows: 0 anyway)
+    torch.testing.assert_close(skip_loss, full_loss)
+    assert_grads_close(skip_grads, full_grads, rtol=1e-5, atol=1e-7)
+
+    skip_metrics, full_metrics = ours._metrics["train"], full._metrics["train"]
+    assert skip_metrics.keys() == full_metrics.keys()
+    changed = {key for key in skip_metrics if skip_metrics[key] != full_metrics[key]}
+    # RLOO folds beta * KL into TRL's reward: its kl, and frac_reward_zero_std where a tied group is skipped, see the
+    # skipped rows' KL as 0
+    rloo_changed = {"kl"} if case == "unscorable" else {"kl", "frac_reward_zero_std"}
+    assert changed == (rloo_changed if kind == "rloo" else set())
+
+
+def test_scoring_forwards_skip_nothing_when_every_row_trains(make_trainer):
+    trainer = make_trainer(**SCORING_CONFIG["grpo"])
+    _, policy_rows, reference_rows = scored_with_counts(trainer, ["2+3=", "2+3="], INFORMATIVE * 2)
+    assert (policy_rows, reference_rows) == (8, 8)
+
+
+def test_all_masked_batch_forwards_one_row_while_scoring(make_trainer):
+    trainer = make_trainer(**SCORING_CONFIG["grpo"])
+    batch, policy_rows, reference_rows = scored_with_counts(trainer, ["1+1=", "4+4="], TIED + ["9", "1", "1 a", "0"])
+    assert (policy_rows, reference_rows) == (1, 1) and batch["completion_mask"].sum() == 0
+
+
+def test_rloo_forwards_the_masked_rows_its_statistics_keep(make_trainer):
+    """exclude_masked_from_baseline=False: the tied rows stay in RLOO's statistics, KL penalty included, so they are
+    forwarded; the outputs are those of the full forwards."""
+    config = dict(SCORING_CONFIG["rloo"], exclude_masked_from_baseline=False, normalize_advantages=True)
+    batches = {}
+    for skip in (True, False):
+        trainer = make_trainer("rloo", skip_masked_rows=skip, **config)
+        move_policy_away(trainer.model)
+        batches[skip], *rows = scored_with_counts(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
+        assert rows == [8, 8]
+    for key in batches[True]:
+        assert torch.equal(batches[True][key], batches[False][key]), key
+
+
+def test_rows_to_forward_match_across_ranks():
+    """Every rank forwards as many rows (the most any rank keeps, at least one), its kept rows first."""
+    skippable = torch.tensor([[True, True, True, True], [False, True, False, True]])
+    assert rows_to_forward(skippable, 0).tolist() == [0, 1]
+    assert rows_to_forward(skippable, 1).tolist() == [0, 2]
+    assert rows_to_forward(torch.ones(2, 4, dtype=torch.bool), 1).tolist() == [0]
+    assert rows_to_forward(torch.tensor([[True, False], [False, False]]), 0) is None
+
+
+def test_vllm_importance_sampling_keeps_the_old_forward_whole(make_trainer):
+    """Under vLLM importance-sampling correction the old-policy forward gives the ratio that may reject a row, so it
+    forwards every row; the reference forward still skips. (vLLM itself is not needed: its sampling log-probs are
+    fed through the stubbed generation.)"""
+    results = {}
+    for skip in (True, False):
+        trainer = make_trainer(skip_masked_rows=skip, beta=0.1, vllm_importance_sampling_mode="sequence_mask")
+        trainer.use_vllm = True
+        stub_generation(trainer, TIED + INFORMATIVE)
+        stubbed = trainer._generate
+
+        def generate(prompts, _stubbed=stubbed):
+            prompt_ids, completion_ids, *rest = _stubbed(prompts)
+            rest[2] = [[-1.0] * len(ids) for ids in completion_ids]  # sampling_per_token_logps
+            return (prompt_ids, completion_ids, *rest)
+
+        trainer._generate = generate
+        policy, reference = ForwardCounter(trainer.model), ForwardCounter(trainer.ref_model)
+        policy.counting = reference.counting = True
+        trainer.model.train()
+        batch = trainer._generate_and_score_completions(rows_of(trainer, MIXED_PROMPTS))
+        results[skip] = (batch, policy.rows, reference.rows)
+    (skip_batch, *skip_rows), (full_batch, *full_rows) = results[True], results[False]
+    assert (skip_rows, full_rows) == ([8, 4], [8, 8])
+    for key in ("advantages", "completion_mask", "importance_sampling_ratio", "old_per_token_logps"):
+        assert torch.equal(skip_batch[key], full_batch[key]), key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reward functions see what they see in TRL, once per generation batch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def recording_reward(calls, events=None):
+    """A reward function that records the arguments of each call (and ``"reward"`` in ``events``)."""
+
+    def reward(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **kwargs):
+        if events is not None:
+            events.append("reward")
+        calls.append(
+            {
+                "prompts": list(prompts),
+                "completions": list(completions),
+                "completion_ids": [list(ids) for ids in completion_ids],
+                "columns": {key: list(value) for key, value in kwargs.items()},
+                "hooks": (type(trainer_state).__name__, callable(log_extra), callable(log_metric)),
+                "grad_enabled": torch.is_grad_enabled(),
+            }
+        )
+        return answer_reward(completions, prompts)
+
+    return reward
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind):
+    """Scored early (before the forwards), each reward function is still called once per generation batch, with
+    the arguments TRL gives it: prompts, completions, ids, every dataset column and (GRPO) a rollout's extra fields."""
+    calls = {}
+    for ours in (False, True):
+        calls[ours] = []
+        trainer = make_trainer(kind, ours=ours, reward_funcs=recording_reward(calls[ours]), **SCORING_CONFIG[kind])
+        stub_generation(trainer, TIED + INFORMATIVE)
+        if kind == "grpo":  # a rollout_func's extra fields: one value per row, or one for all rows
+            stubbed = trainer._generate
+
+            def generate(prompts, _stubbed=stubbed):
+                *head, _, images, tool_images = _stubbed(prompts)
+                extra_fields = {"turns": list(range(len(prompts))), "env": "calc"}
+                return (*head, extra_fields, images, tool_images)
+
+            trainer._generate = generate
+        trainer.model.train()
+        rows = [{"prompt": p, "answer": str(sum(map(int, p.rstrip("=").split("+"))))} for p in MIXED_PROMPTS]
+        trainer._generate_and_score_completions([dict(row) for row in rows for _ in range(4)])
+    assert len(calls[True]) == len(calls[False]) == 1
+    assert calls[True] == calls[False]
+    columns = calls[True][0]["columns"]
+    assert columns["answer"] == ["2"] * 4 + ["5"] * 4
+    if kind == "grpo":
+        assert columns["turns"] == list(range(8)) and columns["env"] == ["calc"] * 8
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_rewards_are_scored_before_the_forwards_only_when_skipping(make_trainer, skip):
+    """skip_masked_rows=False keeps TRL's order (forwards, then rewards)."""
+    events = []
+    trainer = make_trainer(reward_funcs=recording_reward([], events), skip_masked_rows=skip, **SCORING_CONFIG["grpo"])
+    trainer.model.register_forward_pre_hook(lambda *_: events.append("forward"))
+    trainer.ref_model.register_forward_pre_hook(lambda *_: events.append("forward"))
+    train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
+    assert events == (["reward", "forward", "forward"] if skip else ["forward", "forward", "reward"])

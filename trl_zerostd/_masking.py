@@ -2,10 +2,12 @@
 
 Training mode only; in eval every override returns TRL's own result untouched. The flow per generation batch:
 
-1. ``_calculate_rewards`` keeps TRL's gathered ``(N, K)`` rewards.
-2. ``_generate_and_score_completions`` checks that every group shares one dataset prompt, runs TRL, then decides
-   the row masks on the gathered batch, recomputes the advantages over the rows allowed into the statistics,
-   zeroes the masked rows' loss masks and stores ``base_loss_mask`` (TRL's loss mask before ours) for the loss.
+1. ``_calculate_rewards`` computes TRL's gathered ``(N, K)`` rewards once and keeps them.
+2. ``_generate_and_score_completions`` checks that every group shares one dataset prompt and runs TRL inside
+   ``_scoring``: that records TRL's no-grad log-probs and, with ``skip_masked_rows``, scores the batch before TRL's
+   reference/old-policy forwards so that those forward only rows that can train. Then it decides the row masks on
+   the gathered batch, recomputes the advantages over the rows allowed into the statistics, zeroes the masked rows'
+   loss masks and stores ``base_loss_mask`` (TRL's loss mask before ours) for the loss.
 3. ``_compute_loss`` hands TRL the micro-batch rows the normalisation mode keeps and forwards only the rows that
    train; the others are placeholders whose log-probs are constants, so they add exactly zero loss and gradient.
 """
@@ -31,6 +33,47 @@ SETTINGS_FILE = "zero_std_settings.json"
 logger = logging.getLogger(__name__)
 
 
+@contextmanager
+def patched(obj, **replacements):
+    """Within the block ``obj.<name>`` is the replacement; after it, the instance's own attribute (a test's stub,
+    say) comes back, or the class's method shows through again."""
+    previous = {name: vars(obj)[name] for name in replacements if name in vars(obj)}
+    for name, replacement in replacements.items():
+        setattr(obj, name, replacement)
+    try:
+        yield
+    finally:
+        for name in replacements:
+            if name in previous:
+                setattr(obj, name, previous[name])
+            else:
+                delattr(obj, name)
+
+
+def merge_extra_fields(inputs: list[dict], extra_fields: dict) -> None:
+    """Merge a rollout_func's ``extra_fields`` into ``inputs`` in place, as GRPOTrainer does (TRL 1.16) just before
+    ``_calculate_rewards``: a list gives row ``i`` its ``i``-th value, anything else goes to every row."""
+    for i, example in enumerate(inputs):
+        for key, values in extra_fields.items():
+            if isinstance(values, list) and i < len(values):
+                example[key] = values[i]
+            elif not isinstance(values, list):
+                example[key] = values
+
+
+def rows_to_forward(skippable: torch.Tensor, rank: int) -> torch.Tensor | None:
+    """This rank's rows for a scoring forward, from the gathered ``(world_size, B)`` bool ``skippable``.
+
+    Every rank forwards as many rows, the most unskippable rows any rank has (at least one): TRL chunks the forward
+    by a fixed batch size, so every rank makes the same number of model calls (DDP, ZeRO-3/FSDP gathers). A rank
+    with fewer pads with skippable rows. Returns ``(R,)`` row indices, or None when the rank forwards every row.
+    """
+    count = max(int((~skippable).sum(dim=1).max()), 1)
+    if count == skippable.shape[1]:
+        return None
+    return torch.argsort(skippable[rank].int(), stable=True)[:count]
+
+
 def select_rows(batch: dict, rows: torch.Tensor, batch_size: int) -> dict:
     """The given rows of every per-row entry (first dimension ``batch_size``); other entries as they are."""
     selected = {}
@@ -50,6 +93,7 @@ class RowMaskingMixin:
     def _init_row_masking(self) -> None:
         self.masking = masking_settings(self.args)
         self._gathered_rewards_per_func: torch.Tensor | None = None
+        self._recorded_logps: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     # -- hooks for the concrete trainers ----------------------------------------------------------------------
 
@@ -59,6 +103,19 @@ class RowMaskingMixin:
 
     def _row_advantages(self, rewards_per_func: torch.Tensor, stat_rows: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def _generation_outputs(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
+        """``(completion_ids_list, completions, extra_fields)`` from what the trainer's ``_generate`` returned."""
+        raise NotImplementedError
+
+    def _scoring_skippable(self, masks: core.RowMasks) -> torch.Tensor:
+        """``(N,)`` bool: rows whose scoring log-probs (reference, old policy) nothing reads. Masked rows: their loss
+        mask is zeroed, so the loss treats them as placeholders."""
+        return masks.masked
+
+    def _skips_scoring_forward(self, call: int) -> bool:
+        """Whether TRL's ``call``-th no-grad forward of the batch (0: the first) may leave skippable rows out."""
+        return True
 
     def _finish_masked_output(self, output: dict, local_masked: torch.Tensor) -> None:
         """Make trainer-specific outputs consistent with the zeroed rows."""
@@ -70,18 +127,22 @@ class RowMaskingMixin:
     # -- overrides ------------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): keep the gathered rewards for our masks
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._gathered_rewards_per_func = rewards_per_func
-        return rewards_per_func
+        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): once per generation batch, early (see _scoring)
+        # or where TRL calls it; TRL's call then gets the kept gathered rewards, which our masks read too
+        if self._gathered_rewards_per_func is None:
+            self._gathered_rewards_per_func = super()._calculate_rewards(
+                inputs, prompts, completions, completion_ids_list
+            )
+        return self._gathered_rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL first, then our masks
+        # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL within _scoring, then our masks
+        self._gathered_rewards_per_func = None  # a new generation batch
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         self._check_groups_share_prompt(inputs)
-        output = super()._generate_and_score_completions(inputs)
-        return self._mask_rows(output)
+        with self._scoring(inputs):
+            return self._mask_rows(super()._generate_and_score_completions(inputs))
 
     def _compute_loss(self, model, inputs):
         # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.16): TRL's loss on the planned rows
@@ -157,30 +218,38 @@ class RowMaskingMixin:
                 "dataloader or rollout_func."
             )
 
+    def _truncated_rows(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` bool: rows TRL masked as truncated (``mask_truncated_completions``)."""
+        truncated = core.truncated_rows(completion_ids, completion_mask, self.processing_class.pad_token_id)
+        return truncated & bool(self.mask_truncated_completions)
+
+    def _decide_masks(self, truncated: torch.Tensor, rejected: torch.Tensor) -> core.RowMasks:
+        """The row masks of the gathered batch from the kept rewards and the gathered ``(N,)`` bool row flags."""
+        rewards_per_func = self._gathered_rewards_per_func
+        return core.decide_row_masks(
+            self._task_rewards(rewards_per_func),
+            self.num_generations,
+            truncated=truncated,
+            unscorable=core.unscorable_rows(rewards_per_func),
+            rejected=rejected,
+            mask_zero_std_groups=self.masking.mask_zero_std_groups,
+            zero_std_atol=self.masking.zero_std_atol,
+            exclude_masked_from_baseline=self.masking.exclude_masked_from_baseline,
+        )
+
     def _mask_rows(self, output: dict) -> dict:
         """Decide the masks on the gathered batch, then apply this rank's slice of them to ``output``."""
         rewards_per_func = self._gathered_rewards_per_func
         loss_mask = self._loss_mask(output)
         local_batch = loss_mask.shape[0]
         device = loss_mask.device
-        truncated = core.truncated_rows(
-            output["completion_ids"], output["completion_mask"], self.processing_class.pad_token_id
-        )
-        truncated &= bool(self.mask_truncated_completions)
+        truncated = self._truncated_rows(output["completion_ids"], output["completion_mask"])
         rejected = core.rejected_rows(output.get("importance_sampling_ratio"), local_batch).to(device)
         local_rows = torch.stack([truncated.long(), rejected.long(), loss_mask.sum(dim=1).long()], dim=1)
         truncated, rejected, row_tokens = gather(local_rows).unbind(dim=1)
-        masks = core.decide_row_masks(
-            self._task_rewards(rewards_per_func),
-            self.num_generations,
-            truncated=truncated.bool(),
-            unscorable=core.unscorable_rows(rewards_per_func),
-            rejected=rejected.bool(),
-            mask_zero_std_groups=self.masking.mask_zero_std_groups,
-            zero_std_atol=self.masking.zero_std_atol,
-            exclude_masked_from_baseline=self.masking.exclude_masked_from_baseline,
-        )
+        masks = self._decide_masks(truncated.bool(), rejected.bool())
         advantages = self._row_advantages(rewards_per_func, masks.stat_rows).masked_fill(masks.masked, 0.0)
+        self._replace_logged_advantages(advantages)
 
         rank = self.accelerator.process_index
         process_slice = slice(rank * local_batch, (rank + 1) * local_batch)
@@ -197,6 +266,13 @@ class RowMaskingMixin:
         self._log_masks(masks, row_tokens)
         return output
 
+    def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
+        """The completions table shows the advantages that train: TRL logged its own for the last ``N`` rows."""
+        logged = self._logs["advantages"]
+        for _ in range(len(advantages)):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
     def _log_masks(self, masks: core.RowMasks, row_tokens: torch.Tensor) -> None:
         metrics = self._metrics["train"]
         metrics["zero_std/masked_group_frac"].append(masks.zero_std_groups.float().mean().item())
@@ -204,6 +280,81 @@ class RowMaskingMixin:
         metrics["zero_std/masked_token_frac"].append((zero_std_tokens / row_tokens.sum().clamp(min=1)).item())
         for reason in core.MASK_REASONS:
             metrics[f"masked/row_frac/{reason}"].append(masks.reasons[reason].float().mean().item())
+
+    @contextmanager
+    def _scoring(self, inputs: list[dict]):
+        """Within the block (TRL scoring one training batch), TRL's no-grad forwards append ``(logps,
+        completion_mask)``, both ``(B, T)``, to ``_recorded_logps``; with ``skip_masked_rows`` they forward only the
+        rows that can train.
+
+        Which rows those are depends on the rewards, which TRL computes after these forwards. So on the first forward
+        that may skip, the batch is scored early on exactly the arguments TRL will give ``_calculate_rewards`` (the
+        prompts ``_generate`` got, its completions and ids, ``inputs`` with its extra fields merged), in TRL's grad
+        mode; TRL's own call then gets the kept result. Skipped rows get log-probs 0: their loss mask is zeroed and
+        they are outside every statistic (``_scoring_skippable``), so no output changes, only what TRL logs from
+        those log-probs (RLOO's ``kl``, see ``ZeroStdRLOOTrainer``). Multimodal forwards (image tensors are not per
+        row) forward every row.
+        """
+        trl_generate, trl_forward = self._generate, self._get_per_token_logps_and_entropies
+        grad_enabled = torch.is_grad_enabled()
+        generation = []  # [prompts, what _generate returned]
+        plan = []  # [this rank's rows to forward, None for all], decided once
+        self._recorded_logps = []
+
+        def generate(prompts):
+            generation[:] = [prompts, trl_generate(prompts)]
+            return generation[1]
+
+        def forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+            completion_ids, completion_mask = input_ids[:, -logits_to_keep:], attention_mask[:, -logits_to_keep:]
+            may_skip = (
+                self.masking.skip_masked_rows
+                and bool(generation)
+                and self._skips_scoring_forward(len(self._recorded_logps))
+                and all(value is None for key, value in kwargs.items() if key != "batch_size")  # text only
+            )
+            if may_skip and not plan:
+                with torch.set_grad_enabled(grad_enabled):
+                    skippable = self._score_early(inputs, *generation, completion_ids, completion_mask)
+                world = self.accelerator.num_processes
+                plan.append(rows_to_forward(skippable.view(world, -1), self.accelerator.process_index))
+            rows = plan[0] if may_skip else None
+            if rows is None:
+                result = trl_forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            else:
+                rows = rows.to(input_ids.device)
+                logps, entropies, aux_loss = trl_forward(
+                    model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs
+                )
+                result = (logps.new_zeros(completion_ids.shape).index_put((rows,), logps), entropies, aux_loss)
+            self._recorded_logps.append((result[0], completion_mask))
+            return result
+
+        try:
+            with patched(self, _generate=generate, _get_per_token_logps_and_entropies=forward):
+                yield
+        finally:
+            self._recorded_logps = None
+
+    def _score_early(
+        self,
+        inputs: list[dict],
+        prompts: list,
+        generated: tuple,
+        completion_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Compute (and keep) the rewards TRL will compute, then return the gathered ``(N,)`` bool skippable rows.
+
+        ``completion_ids``/``completion_mask`` are this rank's ``(B, T)`` tensors TRL forwards. No row is known to be
+        rejected yet; rejection only adds masked rows, so every row skipped here is masked in the end.
+        """
+        completion_ids_list, completions, extra_fields = self._generation_outputs(generated)
+        if extra_fields:
+            merge_extra_fields(inputs, extra_fields)
+        self._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        truncated = gather(self._truncated_rows(completion_ids, completion_mask).long()).bool()
+        return self._scoring_skippable(self._decide_masks(truncated, rejected=torch.zeros_like(truncated)))
 
     @contextmanager
     def _forwarding_only(self, active: torch.Tensor, fill_logps: torch.Tensor, forward_all: bool):
@@ -236,8 +387,5 @@ class RowMaskingMixin:
                 aux_loss = 0.0 * aux_loss
             return place(fill_logps, logps), entropies, aux_loss
 
-        self._get_per_token_logps_and_entropies = forward
-        try:
+        with patched(self, _get_per_token_logps_and_entropies=forward):
             yield
-        finally:
-            del self._get_per_token_logps_and_entropies

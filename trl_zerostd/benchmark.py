@@ -1,10 +1,11 @@
 """Base ``GRPOTrainer`` against ``ZeroStdGRPOTrainer`` on identical stubbed batches, one run, several fractions f
 of zero-variance groups. Used by ``scripts/bench.py``.
 
-Per f and repeat both trainers score the same batch (generation is stubbed, so scoring is the reference forward
-and the rewards) and take one policy update (loss forward + backward). Reported per f, as medians over repeats:
-time ratios ours/base, the exact rows and tokens forwarded in the loss step, and the peak-memory ratio of the
-update (CUDA: peak allocated bytes; CPU: bytes of activations saved for backward, an exact proxy).
+Per f and repeat both trainers score the same batch (generation is stubbed, so scoring is the rewards and the
+reference forward) and take one policy update (loss forward + backward). Reported per f, as medians over repeats:
+time ratios ours/base, the exact rows forwarded while scoring (reference and policy models), the exact rows and
+tokens forwarded in the loss step, and the peak-memory ratio of the update (CUDA: peak allocated bytes; CPU: bytes
+of activations saved for backward, an exact proxy).
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ def starts_with_y(completions, **kwargs):
 
 
 class ForwardCounter:
-    """Counts rows and non-pad tokens the policy forwards while ``counting`` is on."""
+    """Counts rows and non-pad tokens the given models (the policy; None is skipped) forward while ``counting``."""
 
-    def __init__(self, model):
+    def __init__(self, *models):
         self.rows = self.tokens = 0
         self.counting = False
-        model.register_forward_pre_hook(self._count, with_kwargs=True)
+        for model in models:
+            if model is not None:
+                model.register_forward_pre_hook(self._count, with_kwargs=True)
 
     def _count(self, module, args, kwargs):
         if self.counting:
@@ -153,19 +156,21 @@ def stub_generate(trainer, completions: list[str]):
 
 
 def timed_step(trainer, rows, counter: ForwardCounter) -> dict:
-    """Score one batch and take one policy update; times in seconds."""
+    """Score one batch and take one policy update; times in seconds. ``counter`` counts policy and reference."""
     model = trainer.model
     model.train()
     trainer.current_gradient_accumulation_steps = 1
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    counter.rows = counter.tokens = 0
+    counter.counting = True
     sync()
     start = time.perf_counter()
     batch = trainer._generate_and_score_completions(rows)
     sync()
     scored = time.perf_counter()
+    scoring_rows = counter.rows
     model.zero_grad(set_to_none=True)
     counter.rows = counter.tokens = 0
-    counter.counting = True
     with peak_memory(next(model.parameters()).device) as memory:
         trainer.compute_loss(model, batch).backward()
     sync()
@@ -174,6 +179,7 @@ def timed_step(trainer, rows, counter: ForwardCounter) -> dict:
     return {
         "update_s": end - scored,
         "step_s": end - start,
+        "scoring_rows": scoring_rows,
         "rows": counter.rows,
         "tokens": counter.tokens,
         "peak_bytes": memory["bytes"],
@@ -188,7 +194,7 @@ def run_benchmark(args: BenchArguments) -> list[dict]:
     )
     tokenizer = build_tokenizer() if args.model_name_or_path is None else None  # else TRL loads the model's own
     base, ours = make_trainers(args, model_path, tokenizer, workdir)
-    counters = {"base": ForwardCounter(base.model), "ours": ForwardCounter(ours.model)}
+    counters = {"base": ForwardCounter(base.model, base.ref_model), "ours": ForwardCounter(ours.model, ours.ref_model)}
     parameters = sum(p.numel() for p in ours.model.parameters())
     table = []
     for fraction in tqdm(args.fractions, desc="fractions"):
@@ -210,6 +216,8 @@ def run_benchmark(args: BenchArguments) -> list[dict]:
                 "f": fraction,
                 "update_time_ratio": med["ours"]["update_s"] / med["base"]["update_s"],
                 "step_time_ratio": med["ours"]["step_s"] / med["base"]["step_s"],
+                "scoring_rows_forwarded_ours": int(med["ours"]["scoring_rows"]),
+                "scoring_rows_forwarded_base": int(med["base"]["scoring_rows"]),
                 "rows_forwarded_ours": int(med["ours"]["rows"]),
                 "rows_forwarded_base": int(med["base"]["rows"]),
                 "tokens_forwarded_ours": int(med["ours"]["tokens"]),
@@ -254,13 +262,14 @@ def plot_benchmark(table: list[dict], path: str) -> None:
 def format_table(table: list[dict]) -> str:
     """The table as Markdown, as the README shows it."""
     lines = [
-        "| f | update time ratio | step time ratio | rows forwarded (ours / base) "
-        + "| tokens forwarded (ours / base) | peak memory ratio |",
-        "|---|---|---|---|---|---|",
+        "| f | update time ratio | step time ratio | scoring rows forwarded (ours / base) "
+        + "| update rows forwarded (ours / base) | update tokens forwarded (ours / base) | peak memory ratio |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in table:
         lines.append(
             f"| {row['f']:.2f} | {row['update_time_ratio']:.3f} | {row['step_time_ratio']:.3f} "
+            f"| {row['scoring_rows_forwarded_ours']} / {row['scoring_rows_forwarded_base']} "
             f"| {row['rows_forwarded_ours']} / {row['rows_forwarded_base']} "
             f"| {row['tokens_forwarded_ours']} / {row['tokens_forwarded_base']} | {row['peak_mem_ratio']:.3f} |"
         )

@@ -28,6 +28,16 @@ class ZeroStdGRPOTrainer(RowMaskingMixin, GRPOTrainer):
             multi_objective_aggregation=self.multi_objective_aggregation,
         )
 
+    def _generation_outputs(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
+        # GRPOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, tool_mask, completions,
+        # sampling_per_token_logps, extra_fields, images, tool_images)
+        return generated[1], generated[3], generated[5]
+
+    def _skips_scoring_forward(self, call: int) -> bool:
+        # Under vLLM importance-sampling correction TRL's first scoring forward gives the old log-probs the ratio is
+        # computed from, and a row's ratio can reject it: forward every row there (rejection is decided after it).
+        return call > 0 or not (self.use_vllm and self.vllm_importance_sampling_correction)
+
     def _placeholder_inputs(self, inputs: dict, placeholders: torch.Tensor, base_loss_mask: torch.Tensor) -> dict:
         # TRL's token normalisers (bnpo, entropy bonus) read the loss mask: give placeholders their base tokens back.
         rows = placeholders.unsqueeze(1)

@@ -20,32 +20,23 @@ class ZeroStdRLOOTrainer(RowMaskingMixin, RLOOTrainer):
     reward, so a tied group would otherwise train on differences of KL terms). With ``reward_clip_range`` set it is
     decided on the clipped task reward, the reward the advantages are computed from: a group whose rewards all clip
     to the same bound carries no signal.
+
+    With ``skip_masked_rows`` the masked rows outside the statistics (all masked rows by default) are not forwarded
+    while scoring (``_scoring``), so TRL sees their KL as 0. Only its logs change: ``kl`` (their tokens stay in its denominator), ``frac_reward_zero_std`` (computed on the
+    KL-penalised reward: a skipped tied group now counts as zero-std) and the completions table's advantages.
     """
 
     def __init__(self, *args, **kwargs):
-        self._recorded_logps: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         super().__init__(*args, **kwargs)
         self._init_row_masking()
 
-    def _generate_and_score_completions(self, inputs):
-        # follows RLOOTrainer._generate_and_score_completions (TRL 1.16): record its policy/reference log-probs
-        if not self.model.training:
-            return super()._generate_and_score_completions(inputs)
-        self._recorded_logps = []
-        try:
-            return super()._generate_and_score_completions(inputs)
-        finally:
-            self._recorded_logps = None
+    def _generation_outputs(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
+        # RLOOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, completions); no extra fields
+        return generated[1], generated[2], {}
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        # follows RLOOTrainer._get_per_token_logps_and_entropies (TRL 1.16): unchanged; while recording, keep the
-        # log-probs and the completion mask TRL passed (attention_mask = cat([prompt_mask, completion_mask]))
-        result = super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-        )
-        if self._recorded_logps is not None:
-            self._recorded_logps.append((result[0], attention_mask[:, -logits_to_keep:]))
-        return result
+    def _scoring_skippable(self, masks: core.RowMasks) -> torch.Tensor:
+        # A row's KL enters the reward, hence the baselines, of the rows it shares statistics with (stat_rows)
+        return masks.masked & ~masks.stat_rows
 
     def _kl_penalty(self) -> torch.Tensor | None:
         """Gathered ``(N,)`` ``beta * KL`` of TRL 1.16's RLOO: ``KL = sum over completion tokens of old - ref``."""
@@ -54,7 +45,7 @@ class ZeroStdRLOOTrainer(RowMaskingMixin, RLOOTrainer):
         if self._recorded_logps is None or len(self._recorded_logps) != 2:
             raise RuntimeError(
                 "Expected RLOOTrainer._generate_and_score_completions to compute the policy then the reference "
-                f"log-probs (TRL 1.16), recorded {len(self._recorded_logps or [])} call(s)."
+                f"log-probs (TRL 1.16) within _scoring, recorded {len(self._recorded_logps or [])} call(s)."
             )
         (old_per_token_logps, completion_mask), (ref_per_token_logps, _) = self._recorded_logps
         kl = ((old_per_token_logps - ref_per_token_logps) * completion_mask).sum(-1)
