@@ -661,13 +661,15 @@ def test_truncated_rows():
 
 
 def test_rejected_rows():
-    """Sequence-level ratio (B, 1) of 0 rejects a row; token-level ratios (B, T) and no ratio reject none."""
+    """In sequence_mask mode a ratio (B, 1) of 0 rejects a row; other modes and no ratio reject none, even a token
+    ratio of one-token completions, whose shape is (B, 1) too."""
     seq = torch.tensor([[1.0], [0.0], [0.5]])
-    got = core.rejected_rows(seq, 3)
+    got = core.rejected_rows(seq, "sequence_mask", 3)
     assert got.dtype == torch.bool and got.tolist() == [False, True, False]
+    assert core.rejected_rows(seq, "token_mask", 3).tolist() == [False, False, False]
     tokens = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    assert core.rejected_rows(tokens, 3).tolist() == [False, False, False]
-    none = core.rejected_rows(None, 4)
+    assert core.rejected_rows(tokens, "token_mask", 3).tolist() == [False, False, False]
+    none = core.rejected_rows(None, "sequence_mask", 4)
     assert none.dtype == torch.bool and none.tolist() == [False] * 4
 
 

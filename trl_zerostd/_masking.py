@@ -244,7 +244,8 @@ class RowMaskingMixin:
         local_batch = loss_mask.shape[0]
         device = loss_mask.device
         truncated = self._truncated_rows(output["completion_ids"], output["completion_mask"])
-        rejected = core.rejected_rows(output.get("importance_sampling_ratio"), local_batch).to(device)
+        is_mode = getattr(self, "vllm_importance_sampling_mode", None)  # RLOO has none
+        rejected = core.rejected_rows(output.get("importance_sampling_ratio"), is_mode, local_batch).to(device)
         local_rows = torch.stack([truncated.long(), rejected.long(), loss_mask.sum(dim=1).long()], dim=1)
         truncated, rejected, row_tokens = gather(local_rows).unbind(dim=1)
         masks = self._decide_masks(truncated.bool(), rejected.bool())

@@ -40,8 +40,9 @@ class ZeroStdArguments:
     skip_masked_rows: bool = field(
         default=True,
         metadata={
-            "help": "Do not forward rows with no active loss token in the policy-update step (same loss and "
-            "gradients, less compute). False keeps TRL's full forward, for comparison."
+            "help": "Do not forward masked rows: not in the policy update, and not in the reference and old-policy "
+            "forwards while scoring (rewards are then computed first). Same loss and gradients, less compute. "
+            "False keeps TRL's full forwards, for comparison."
         },
     )
 

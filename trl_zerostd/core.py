@@ -246,9 +246,13 @@ def truncated_rows(completion_ids: torch.Tensor, completion_mask: torch.Tensor, 
     return (completion_mask.sum(dim=1) == 0) & (completion_ids != pad_token_id).any(dim=1)
 
 
-def rejected_rows(importance_sampling_ratio: torch.Tensor | None, batch_size: int) -> torch.Tensor:
-    """``(B,)`` bool: rows whose sequence-level importance-sampling ratio is 0 (vLLM ``sequence_mask`` rejection)."""
-    if importance_sampling_ratio is None or importance_sampling_ratio.shape[-1] != 1:
+def rejected_rows(importance_sampling_ratio: torch.Tensor | None, mode: str | None, batch_size: int) -> torch.Tensor:
+    """``(B,)`` bool: rows that vLLM importance sampling in ``mode="sequence_mask"`` rejected (ratio ``(B, 1)`` 0).
+
+    Other modes truncate or mask tokens and reject no whole row; the shape alone cannot tell a sequence ratio from a
+    token ratio of a one-token completion, hence ``mode``.
+    """
+    if importance_sampling_ratio is None or mode != "sequence_mask":
         return torch.zeros(batch_size, dtype=torch.bool)
     return importance_sampling_ratio.view(-1) == 0
 
