@@ -1,0 +1,79 @@
+"""The shared CLI: a short end-to-end run writes model, metrics and plot; bad settings fail early and by name."""
+
+import json
+
+import pytest
+from conftest import OUR_CLASSES
+
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+from trl_zerostd.cli import ScriptArguments, load_train_dataset, reward_summary, run
+
+TINY_RUN = [
+    "--max_steps",
+    "2",
+    "--warm_start_steps",
+    "20",
+    "--num_prompts",
+    "32",
+    "--per_device_train_batch_size",
+    "16",
+]
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_short_run_writes_model_metrics_and_plot(kind, tmp_path, capsys):
+    trainer_cls, config_cls = OUR_CLASSES[kind]
+    if trainer_cls is None:
+        pytest.skip(f"no {kind} adapter")
+    trainer = run(trainer_cls, config_cls, ["--output_dir", str(tmp_path), *TINY_RUN])
+
+    assert trainer.state.global_step == 2
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "warm_start" / "model.safetensors").is_file()
+    assert (tmp_path / "metrics.png").stat().st_size > 0
+    history = json.loads((tmp_path / "metrics.json").read_text())
+    fractions = [entry["zero_std/masked_group_frac"] for entry in history if "zero_std/masked_group_frac" in entry]
+    assert len(fractions) == 2 and all(0.0 <= f <= 1.0 for f in fractions)
+    assert "Mean reward:" in capsys.readouterr().out
+
+
+def test_bad_normalization_names_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--zero_std_normalization", "drop"])
+    assert "--zero_std_normalization" in capsys.readouterr().err
+
+
+def test_bad_atol_names_the_setting(tmp_path):
+    with pytest.raises(ValueError, match="zero_std_atol"):
+        run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--zero_std_atol", "-1"])
+
+
+def test_dataset_file_without_prompt_column(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "1+1=", "answer": 2}\n')
+    with pytest.raises(ValueError, match="no 'prompt' column"):
+        run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--dataset_name", str(data)])
+    assert not (tmp_path / "warm_start").exists()
+
+
+def test_missing_dataset_file_and_unknown_reward(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no_such.jsonl"):
+        load_train_dataset(ScriptArguments(dataset_name=str(tmp_path / "no_such.jsonl")), seed=0)
+    with pytest.raises(ValueError, match="--reward_funcs"):
+        run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--reward_funcs", "no_such_reward"])
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_local_dataset_file(tmp_path, suffix):
+    data = tmp_path / f"data{suffix}"
+    data.write_text('{"prompt": "1+1=", "answer": 2}\n' if suffix == ".jsonl" else "prompt,answer\n1+1=,2\n")
+    dataset = load_train_dataset(ScriptArguments(dataset_name=str(data)), seed=0)
+    assert dataset["prompt"] == ["1+1="] and dataset["answer"] == [2]
+
+
+def test_reward_summary_compares_first_and_last_steps():
+    history = [{"step": step, "reward": reward} for step, reward in enumerate([0.2, 0.4, 0.6, 0.8], start=1)]
+    history.append({"step": 4, "train_runtime": 1.0})
+    assert reward_summary(history, window=2) == (
+        "Mean reward: 0.300 over the first 2 logged steps -> 0.700 over the last 2 (+0.400)."
+    )
+    assert reward_summary([]) == "No reward was logged."

@@ -1,0 +1,248 @@
+"""Command-line plumbing shared by ``scripts/train_grpo.py`` and ``scripts/train_rloo.py``.
+
+``run(trainer_cls, config_cls)`` parses ``ScriptArguments``, the trainer's config and ``trl.ModelConfig``, builds
+model, tokenizer, dataset and reward functions, trains, then writes to ``output_dir``: the model,
+``metrics.json`` (``trainer.state.log_history``) and ``metrics.png`` (reward, KL, masked group fraction and grad
+norm per step). With no argument it fine-tunes the embedded default: the tiny local model (``tiny.py``), warm
+started on the addition task (``toytask.py``). The parser's defaults (``TINY_DEFAULTS``) are tuned for that run;
+set learning rate, lengths and batch sizes yourself for a real ``--model_name_or_path``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from datasets import Dataset, load_dataset
+from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
+
+from . import toytask
+from .tiny import build_model, build_tokenizer
+
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+PLOTTED_METRICS = ("reward", "kl", "zero_std/masked_group_frac", "grad_norm")
+SUMMARY_WINDOW = 10  # logged steps averaged at each end of the run for the reward summary
+
+TINY_DEFAULTS = {
+    "num_generations": 8,
+    "per_device_train_batch_size": 128,  # completions per step: 16 prompts x 8 generations
+    "max_completion_length": 4,
+    "temperature": 1.0,
+    "learning_rate": 1e-3,
+    "beta": 0.04,
+    "max_steps": 300,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "report_to": "none",
+    "gradient_checkpointing": False,
+}
+if not torch.cuda.is_available():
+    TINY_DEFAULTS.update({"use_cpu": True, "bf16": False})
+
+
+@dataclass
+class ScriptArguments:
+    """What to train on and what to write; the trainer's config and ``trl.ModelConfig`` hold everything else."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub dataset name, or a local .json/.jsonl/.csv/.parquet file, with a 'prompt' column. "
+            "Default: the embedded addition task (num_prompts prompts 'a+b=')."
+        },
+    )
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "Configuration name of a hub dataset (the `name` of `load_dataset`)."}
+    )
+    dataset_train_split: str = field(
+        default="train", metadata={"help": "Split of a hub dataset to train on (a local file has only 'train')."}
+    )
+    num_prompts: int = field(
+        default=2000,
+        metadata={"help": "Prompts in the embedded addition dataset (RL prompts without --dataset_name, warm start)."},
+    )
+    warm_start_steps: int = field(
+        default=150,
+        metadata={
+            "help": "Supervised steps (batches of 64) that teach the embedded tiny model part of the addition table "
+            "before RL, so that zero-variance groups occur and the reward can rise. Ignored with "
+            "--model_name_or_path; 0 starts RL from random weights."
+        },
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["trl_zerostd.toytask.correct_sum_reward"],
+        metadata={
+            "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
+            "(e.g. accuracy_reward). The default scores the first number of a completion against the dataset's "
+            "'answer' column, or against the sum asked by an 'a+b=' prompt."
+        },
+    )
+    plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch intra-op threads when training on CPU. Default: 1 for the embedded tiny model (its "
+            "matrices are too small to gain from threads, and extra threads stall on a busy machine), torch's "
+            "own choice otherwise."
+        },
+    )
+
+
+def make_parser(config_cls, **defaults) -> TrlParser:
+    """``TrlParser`` over ``(ScriptArguments, config_cls, ModelConfig)`` with ``TINY_DEFAULTS`` and ``defaults``."""
+    parser = TrlParser((ScriptArguments, config_cls, ModelConfig))
+    unknown = parser.set_defaults_with_config(**{**TINY_DEFAULTS, **defaults})
+    if unknown:
+        raise ValueError(f"Defaults for settings that {config_cls.__name__} does not have: {unknown[::2]}")
+    return parser
+
+
+def run(trainer_cls, config_cls, argv: list[str] | None = None, **defaults):
+    """Parse ``argv`` (default ``sys.argv[1:]``; ``--config file.yaml`` too), then ``train``; returns the trainer.
+
+    ``defaults`` override ``TINY_DEFAULTS`` for one script, e.g. ``output_dir="outputs/grpo-tiny"``.
+    """
+    script_args, training_args, model_args = make_parser(config_cls, **defaults).parse_args_and_config(argv)
+    threads = script_args.cpu_threads or (1 if model_args.model_name_or_path is None else None)
+    with torch_threads(threads if training_args.device.type == "cpu" else None):
+        return train(trainer_cls, script_args, training_args, model_args)
+
+
+def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: ModelConfig):
+    """Build model, data and rewards, train, and save model, ``metrics.json`` and ``metrics.png`` to output_dir."""
+    reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs]
+    train_dataset = load_train_dataset(script_args, training_args.seed)
+    if model_args.model_name_or_path is None:
+        model = prepare_tiny_model(Path(training_args.output_dir) / "warm_start", script_args, training_args)
+    else:
+        model = model_args.model_name_or_path
+        training_args.model_init_kwargs = {
+            "revision": model_args.model_revision,
+            "attn_implementation": model_args.attn_implementation,
+            "dtype": model_args.dtype,
+            **(training_args.model_init_kwargs or {}),
+        }
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        quantization_config=get_quantization_config(model_args),
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+
+    if trainer.accelerator.is_main_process:
+        history = trainer.state.log_history
+        output_dir = Path(training_args.output_dir)
+        (output_dir / "metrics.json").write_text(json.dumps(history, indent=1))
+        if script_args.plot:
+            plot_metrics(history, output_dir / "metrics.png")
+        print(f"Model, metrics.json{' and metrics.png' if script_args.plot else ''} saved to {output_dir}.")
+        print(reward_summary(history))
+    return trainer
+
+
+@contextmanager
+def torch_threads(threads: int | None):
+    """Within the block torch uses ``threads`` intra-op threads (None: unchanged)."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def load_train_dataset(script_args: ScriptArguments, seed: int) -> Dataset:
+    """The embedded addition dataset, a local data file, or a hub dataset; it must have a "prompt" column."""
+    name = script_args.dataset_name
+    if name is None:
+        return toytask.addition_dataset(script_args.num_prompts, seed=seed)
+    builder = DATA_FILE_BUILDERS.get(Path(name).suffix.lower())
+    if builder is not None:
+        if not os.path.isfile(name):
+            raise FileNotFoundError(f"--dataset_name {name!r}: no such file.")
+        dataset = load_dataset(builder, data_files=name, split="train")
+    else:
+        dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
+    if "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"--dataset_name {name!r} has no 'prompt' column (columns: {dataset.column_names}); the trainer "
+            "generates completions for the 'prompt' of each row."
+        )
+    return dataset
+
+
+def prepare_tiny_model(path: Path, script_args: ScriptArguments, training_args) -> str:
+    """Build the tiny model, warm start it on the embedded addition dataset, save it to ``path``; returns ``path``.
+
+    The trainer gets a path, not a model: TRL loads the reference model from the policy's name. The main process
+    writes it; the others wait for it.
+    """
+    with training_args.main_process_first(local=False, desc="warm start"):
+        if training_args.process_index == 0:
+            tokenizer = build_tokenizer()
+            model = build_model(tokenizer, seed=training_args.seed)
+            dataset = toytask.addition_dataset(script_args.num_prompts, seed=training_args.seed)
+            toytask.warm_start(model, tokenizer, dataset, steps=script_args.warm_start_steps, seed=training_args.seed)
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def load_reward_func(name: str):
+    """A reward function from a dotted import path (``package.module.function``) or a name in ``trl.rewards``."""
+    module_name, _, attribute = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name or "trl.rewards"), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"--reward_funcs {name!r}: not an importable 'module.function' path nor a name in trl.rewards ({error})."
+        ) from error
+
+
+def metric_series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """Steps and values of ``key`` over the training log entries that have it."""
+    entries = [entry for entry in history if key in entry]
+    return [entry["step"] for entry in entries], [entry[key] for entry in entries]
+
+
+def reward_summary(history: list[dict], window: int = SUMMARY_WINDOW) -> str:
+    """One line comparing the mean reward of the first and the last ``window`` logged steps (at most half each)."""
+    _, rewards = metric_series(history, "reward")
+    if not rewards:
+        return "No reward was logged."
+    window = max(1, min(window, len(rewards) // 2))
+    first, last = sum(rewards[:window]) / window, sum(rewards[-window:]) / window
+    return (
+        f"Mean reward: {first:.3f} over the first {window} logged steps -> {last:.3f} over the last {window} "
+        f"({last - first:+.3f})."
+    )
+
+
+def plot_metrics(history: list[dict], path: Path) -> None:
+    """One panel per ``PLOTTED_METRICS`` entry against the training step, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+    for axis, key in zip(axes.flat, PLOTTED_METRICS):
+        steps, values = metric_series(history, key)
+        axis.plot(steps, values, marker="." if len(steps) < 50 else None)
+        axis.set_title(key if steps else f"{key} (not logged)")
+        axis.grid(alpha=0.3)
+    for axis in axes[1]:
+        axis.set_xlabel("step")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
