@@ -73,6 +73,8 @@ def test_zero_variance_rows_put_no_kl_gradient(make_trainer, scale_rewards):
     base_batch["completion_mask"][:4] = 0
     _, base_without_tied = loss_and_grads(base, base_batch)
     assert_grads_close(ours_mixed, base_without_tied, rtol=1e-5, atol=1e-7)
+    for key in ("kl", "entropy"):  # logged means over the trained tokens, as TRL's over its loss mask
+        assert ours._metrics["train"][key][-1] == pytest.approx(base._metrics["train"][key][-1], rel=1e-6), key
     assert grad_norm({k: base_mixed[k] - ours_mixed[k] for k in ours_mixed}) > 1e-5
 
 

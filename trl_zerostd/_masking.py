@@ -90,6 +90,8 @@ def select_rows(batch: dict, rows: torch.Tensor, batch_size: int) -> dict:
 class RowMaskingMixin:
     """Mixed in before a TRL trainer class; see the module docstring."""
 
+    TOKEN_MEAN_METRICS: tuple[str, ...] = ()  # metrics TRL's loss averages over the loss mask's tokens
+
     def _init_row_masking(self) -> None:
         self.masking = masking_settings(self.args)
         self._gathered_rewards_per_func: torch.Tensor | None = None
@@ -175,7 +177,22 @@ class RowMaskingMixin:
         if self.masking.zero_std_normalization == "keep":
             inputs = self._placeholder_inputs(inputs, placeholders, base_loss_mask)
         with self._forwarding_only(active, fill_logps, forward_all):
-            return super()._compute_loss(model, inputs)
+            loss = super()._compute_loss(model, inputs)
+        if self.masking.zero_std_normalization == "keep" and self.TOKEN_MEAN_METRICS:
+            self._rescale_token_means(self._loss_mask(inputs), active)
+        return loss
+
+    def _rescale_token_means(self, loss_mask: torch.Tensor, active: torch.Tensor) -> None:
+        """Under "keep", TRL's token means (``TOKEN_MEAN_METRICS``) count the placeholders' tokens, whose KL and
+        entropy are 0: rescale the values just logged to means over the trained tokens, as TRL's own are."""
+        counts = torch.stack([loss_mask.sum(), loss_mask[active].sum()]).float()
+        all_tokens, trained_tokens = self.accelerator.reduce(counts, reduction="sum").tolist()
+        if trained_tokens == 0:
+            return
+        for key in self.TOKEN_MEAN_METRICS:
+            values = self._metrics["train"].get(key)
+            if values:
+                values[-1] *= all_tokens / trained_tokens
 
     def _save_checkpoint(self, model, trial):
         # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's fields travel with the checkpoint

@@ -14,6 +14,8 @@ class ZeroStdGRPOTrainer(RowMaskingMixin, GRPOTrainer):
     and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask and exactly zero gradient, KL term
     included, and leave the statistics of the other rows' advantages. Eval is TRL's, bit for bit."""
 
+    TOKEN_MEAN_METRICS = ("kl", "entropy")
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._init_row_masking()
