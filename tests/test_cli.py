@@ -77,3 +77,23 @@ def test_reward_summary_compares_first_and_last_steps():
         "Mean reward: 0.300 over the first 2 logged steps -> 0.700 over the last 2 (+0.400)."
     )
     assert reward_summary([]) == "No reward was logged."
+
+
+def test_package_flags_are_stripped_for_trl_configs():
+    from trl_zerostd.cli import without_package_flags
+
+    argv = ["--max_steps", "5", "--zero_std_normalization", "exclude", "--skip_masked_rows=false", "--beta", "0.1"]
+    assert without_package_flags(argv) == ["--max_steps", "5", "--beta", "0.1"]
+
+
+def test_plot_compares_runs_and_falls_back_to_trl_zero_std_metric(tmp_path):
+    from trl_zerostd.cli import moving_average, plot_metrics
+
+    ours = [
+        {"step": s, "reward": s / 20, "kl": 0.1, "zero_std/masked_group_frac": 0.5, "grad_norm": 1.0}
+        for s in range(20)
+    ]
+    base = [{"step": s, "reward": s / 30, "kl": 0.2, "frac_reward_zero_std": 0.4, "grad_norm": 2.0} for s in range(20)]
+    plot_metrics({"base": base, "ours": ours}, tmp_path / "compare.png")
+    assert (tmp_path / "compare.png").stat().st_size > 0
+    assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.5, 2.5, 3.5]

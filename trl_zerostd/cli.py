@@ -22,10 +22,19 @@ from datasets import Dataset, load_dataset
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
 from . import toytask
+from .config import ZERO_STD_FIELDS
 from .tiny import build_model, build_tokenizer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-PLOTTED_METRICS = ("reward", "kl", "zero_std/masked_group_frac", "grad_norm")
+# panel title -> the logged keys it shows, first found (TRL's base trainer logs no zero_std/ metric)
+PLOTTED_METRICS = {
+    "reward": ("reward",),
+    "kl": ("kl",),
+    "zero-variance group fraction": ("zero_std/masked_group_frac", "frac_reward_zero_std"),
+    "grad_norm": ("grad_norm",),
+}
+LOG_SCALE_PANELS = ("kl", "grad_norm")  # occasional spikes would flatten the rest
+SMOOTHING = 10  # logged steps in the plots' moving average
 SUMMARY_WINDOW = 10  # logged steps averaged at each end of the run for the reward summary
 
 TINY_DEFAULTS = {
@@ -143,7 +152,7 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         output_dir = Path(training_args.output_dir)
         (output_dir / "metrics.json").write_text(json.dumps(history, indent=1))
         if script_args.plot:
-            plot_metrics(history, output_dir / "metrics.png")
+            plot_metrics({training_args.output_dir: history}, output_dir / "metrics.png")
         print(f"Model, metrics.json{' and metrics.png' if script_args.plot else ''} saved to {output_dir}.")
         print(reward_summary(history))
     return trainer
@@ -228,21 +237,55 @@ def reward_summary(history: list[dict], window: int = SUMMARY_WINDOW) -> str:
     )
 
 
-def plot_metrics(history: list[dict], path: Path) -> None:
-    """One panel per ``PLOTTED_METRICS`` entry against the training step, saved as a PNG."""
+def plot_metrics(histories: dict[str, list[dict]], path: Path) -> None:
+    """One panel per ``PLOTTED_METRICS`` entry against the training step, one line per run (a moving average of
+    ``SMOOTHING`` logged steps over the raw values, drawn faint), saved as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
-    for axis, key in zip(axes.flat, PLOTTED_METRICS):
-        steps, values = metric_series(history, key)
-        axis.plot(steps, values, marker="." if len(steps) < 50 else None)
-        axis.set_title(key if steps else f"{key} (not logged)")
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    for axis, (title, keys) in zip(axes.flat, PLOTTED_METRICS.items()):
+        for run_index, (name, history) in enumerate(histories.items()):
+            key = next((k for k in keys if metric_series(history, k)[0]), keys[0])
+            steps, values = metric_series(history, key)
+            color = f"C{run_index}"
+            axis.plot(steps, values, color=color, alpha=0.25 if len(steps) > SMOOTHING else 1.0)
+            if len(steps) > SMOOTHING:
+                axis.plot(steps[SMOOTHING - 1 :], moving_average(values, SMOOTHING), color=color, label=name)
+            elif steps:
+                axis.lines[-1].set_label(name)
+        axis.set_title(title + (" (log scale)" if title in LOG_SCALE_PANELS else ""))
+        if title in LOG_SCALE_PANELS:
+            axis.set_yscale("log")
         axis.grid(alpha=0.3)
+        if len(histories) > 1:
+            axis.legend()
     for axis in axes[1]:
         axis.set_xlabel("step")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def without_package_flags(argv: list[str]) -> list[str]:
+    """``argv`` without this package's ``--<field> [value]`` flags, for TRL's own configs (which lack them)."""
+    kept, skip_value = [], False
+    for arg in argv:
+        name = arg.lstrip("-").split("=")[0]
+        if skip_value:
+            skip_value = False
+        elif arg.startswith("--") and name in ZERO_STD_FIELDS:
+            skip_value = "=" not in arg
+        else:
+            kept.append(arg)
+    return kept
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Means of each ``window`` consecutive values (``len(values) - window + 1`` of them)."""
+    sums = [0.0]
+    for value in values:
+        sums.append(sums[-1] + value)
+    return [(sums[i + window] - sums[i]) / window for i in range(len(values) - window + 1)]
