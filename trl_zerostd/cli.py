@@ -257,7 +257,7 @@ def plot_metrics(histories: dict[str, list[dict]], path: Path) -> None:
             elif steps:
                 axis.lines[-1].set_label(name)
         axis.set_title(title + (" (log scale)" if title in LOG_SCALE_PANELS else ""))
-        if title in LOG_SCALE_PANELS:
+        if title in LOG_SCALE_PANELS and any(y > 0 for line in axis.lines for y in line.get_ydata()):
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
         if len(histories) > 1:
