@@ -27,6 +27,12 @@ except ImportError:  # the RLOO adapter may not exist yet
 
 PROMPTS = ["1+1=", "2+3=", "4+4=", "3+5=", "2+2=", "1+6=", "5+3=", "7+1="]
 
+# The regression batch. Group 1 ("1+1=") is tied: every completion is right. Group 2 ("2+3=") is informative: two
+# right, two wrong. Lengths differ so that every token and row normaliser, and each row's KL, matters.
+TIED = ["2", "2 a", "2 bb", "2"]
+INFORMATIVE = ["5 x", "3", "5", "9 yy"]
+MIXED_PROMPTS = ["1+1=", "2+3="]
+
 BASE_CLASSES = {"grpo": (GRPOTrainer, GRPOConfig), "rloo": (RLOOTrainer, RLOOConfig)}
 OUR_CLASSES = {"grpo": (ZeroStdGRPOTrainer, ZeroStdGRPOConfig), "rloo": (ZeroStdRLOOTrainer, ZeroStdRLOOConfig)}
 
@@ -164,3 +170,25 @@ def loss_and_grads(trainer, batch):
 
 def grad_norm(grads):
     return torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())).item()
+
+
+def train_batch(trainer, prompts, completions, **stub):
+    """Training-mode output of ``_generate_and_score_completions`` for ``prompts`` x ``num_generations`` rows."""
+    stub_generation(trainer, completions, **stub)
+    trainer.model.train()
+    return trainer._generate_and_score_completions(rows_of(trainer, prompts))
+
+
+def answer_or_not(prompts):
+    """Completions that depend only on the prompt and position, so two trainers see the same ones in eval."""
+    return [("2" if p == "1+1=" else "3 z") if i % 2 else "8" for i, p in enumerate(prompts)]
+
+
+def assert_grads_close(actual, expected, **tolerance):
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], msg=name, **tolerance)
+
+
+def assert_all_zero(grads):
+    nonzero = [name for name, g in grads.items() if torch.count_nonzero(g)]
+    assert not nonzero, f"non-zero gradient on {nonzero}"

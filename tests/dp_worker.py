@@ -14,9 +14,9 @@ from datasets import Dataset
 from torch import distributed
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from conftest import OUR_CLASSES, answer_reward, stub_generation  # noqa: E402
+from conftest import OUR_CLASSES, answer_reward, stub_generation
 
-from trl_zerostd.tiny import build_tokenizer  # noqa: E402
+from trl_zerostd.tiny import build_tokenizer
 
 GLOBAL_BATCH = 8  # one tied group and one informative group of 4
 COMPLETIONS = {"1+1=": ["2", "2 a", "2 bb", "2"], "2+3=": ["5 x", "3", "5", "9 yy"]}
@@ -35,7 +35,7 @@ def completions_for(prompts):
 def main(model_dir, out_dir, kind="grpo"):
     trainer_cls, config_cls = OUR_CLASSES[kind]
     args = config_cls(
-        output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", 1)),
+        output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4, max_completion_length=6, beta=0.1,
         max_steps=1, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
     )  # fmt: skip

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from dp_worker import main as run_worker
 
 WORKER = Path(__file__).parent / "dp_worker.py"

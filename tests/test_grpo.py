@@ -5,41 +5,24 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import (
+    INFORMATIVE,
+    MIXED_PROMPTS,
+    TIED,
+    answer_or_not,
+    assert_all_zero,
+    assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
-    rows_of,
     stub_generation,
     table_reward,
+    train_batch,
 )
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_zerostd import ZeroStdGRPOTrainer
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
-
-# Group 1 ("1+1=") is tied: every completion is right. Group 2 ("2+3=") is informative: two right, two wrong.
-# Lengths differ so that every token and row normaliser matters.
-TIED = ["2", "2 a", "2 bb", "2"]
-INFORMATIVE = ["5 x", "3", "5", "9 yy"]
-MIXED_PROMPTS = ["1+1=", "2+3="]
-
-
-def train_batch(trainer, prompts, completions, **stub):
-    stub_generation(trainer, completions, **stub)
-    trainer.model.train()
-    return trainer._generate_and_score_completions(rows_of(trainer, prompts))
-
-
-def assert_grads_close(actual, expected, **tolerance):
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], msg=name, **tolerance)
-
-
-def assert_all_zero(grads):
-    nonzero = [name for name, g in grads.items() if torch.count_nonzero(g)]
-    assert not nonzero, f"non-zero gradient on {nonzero}"
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # The KL leak
@@ -261,23 +244,9 @@ def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
     torch.testing.assert_close(advantages["5 x"], expected_group_advantages([0.0, 1.0, 0.0]))
 
 
-def test_group_mixing_prompts_is_an_error(make_trainer):
-    trainer = make_trainer()
-    stub_generation(trainer, TIED + INFORMATIVE)
-    trainer.model.train()
-    rows = [{"prompt": "1+1="}] * 3 + [{"prompt": "2+3="}] * 5
-    with pytest.raises(ValueError, match="mix dataset prompts"):
-        trainer._generate_and_score_completions(rows)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Eval is TRL's, bit for bit
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def answer_or_not(prompts):
-    """Deterministic per prompt, so both trainers see the same completions whatever the eval order."""
-    return [("2" if p == "1+1=" else "3 z") if i % 2 else "8" for i, p in enumerate(prompts)]
 
 
 @pytest.mark.parametrize("num_generations_eval", [None, 1])

@@ -10,16 +10,21 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (
+    INFORMATIVE,
+    MIXED_PROMPTS,
+    TIED,
     answer_reward,
+    assert_all_zero,
+    assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
     rows_of,
     stub_generation,
     table_reward,
+    train_batch,
 )
 from peft import LoraConfig
-from test_grpo import INFORMATIVE, MIXED_PROMPTS, TIED, assert_all_zero, assert_grads_close, train_batch
 
 from trl_zerostd._masking import SETTINGS_FILE, rows_to_forward
 from trl_zerostd.benchmark import ForwardCounter
@@ -348,3 +353,13 @@ def test_rewards_are_scored_before_the_forwards_only_when_skipping(make_trainer,
     trainer.ref_model.register_forward_pre_hook(lambda *_: events.append("forward"))
     train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
     assert events == (["reward", "forward", "forward"] if skip else ["forward", "forward", "reward"])
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_group_mixing_prompts_is_an_error(make_trainer, kind):
+    trainer = make_trainer(kind)
+    stub_generation(trainer, TIED + INFORMATIVE)
+    trainer.model.train()
+    rows = [{"prompt": "1+1="}] * 3 + [{"prompt": "2+3="}] * 5
+    with pytest.raises(ValueError, match="mix dataset prompts"):
+        trainer._generate_and_score_completions(rows)

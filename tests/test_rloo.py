@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import grad_norm, loss_and_grads, move_policy_away, rows_of, stub_generation, table_reward
-
-# Group 1 ("1+1=") is tied: every completion is right (task reward 1), yet with beta > 0 TRL's rewards differ by the
-# rows' KL terms. Group 2 ("2+3=") is informative: two right, two wrong. Lengths differ so each row's KL differs.
-TIED = ["2", "2 a", "2 bb", "2"]
-INFORMATIVE = ["5 x", "3", "5", "9 yy"]
-MIXED_PROMPTS = ["1+1=", "2+3="]
+from conftest import (
+    INFORMATIVE,
+    MIXED_PROMPTS,
+    TIED,
+    answer_or_not,
+    assert_all_zero,
+    assert_grads_close,
+    grad_norm,
+    loss_and_grads,
+    move_policy_away,
+    stub_generation,
+    table_reward,
+    train_batch,
+)
 
 
 def make_pair(make_trainer, move=True, **config):
@@ -21,22 +28,6 @@ def make_pair(make_trainer, move=True, **config):
         for trainer in (base, ours):
             move_policy_away(trainer.model)
     return base, ours
-
-
-def train_batch(trainer, prompts, completions):
-    stub_generation(trainer, completions)
-    trainer.model.train()
-    return trainer._generate_and_score_completions(rows_of(trainer, prompts))
-
-
-def assert_grads_close(actual, expected, **tolerance):
-    for name in expected:
-        torch.testing.assert_close(actual[name], expected[name], msg=name, **tolerance)
-
-
-def assert_all_zero(grads):
-    nonzero = [name for name, g in grads.items() if torch.count_nonzero(g)]
-    assert not nonzero, f"non-zero gradient on {nonzero}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -268,23 +259,9 @@ def test_truncated_outlier_does_not_move_siblings(make_trainer, normalize_advant
     torch.testing.assert_close(advantages[True, 100.0][1:], expected)
 
 
-def test_group_mixing_prompts_is_an_error(make_trainer):
-    trainer = make_trainer("rloo")
-    stub_generation(trainer, TIED + INFORMATIVE)
-    trainer.model.train()
-    rows = [{"prompt": "1+1="}] * 3 + [{"prompt": "2+3="}] * 5
-    with pytest.raises(ValueError, match="mix dataset prompts"):
-        trainer._generate_and_score_completions(rows)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Eval is TRL's, bit for bit
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def answer_or_not(prompts):
-    """Deterministic per prompt, so both trainers see the same completions whatever the eval order."""
-    return [("2" if p == "1+1=" else "3 z") if i % 2 else "8" for i, p in enumerate(prompts)]
 
 
 @pytest.mark.parametrize("num_generations_eval", [None, 1])
