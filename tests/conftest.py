@@ -25,6 +25,7 @@ try:
 except ImportError:  # the RLOO adapter may not exist yet
     ZeroStdRLOOConfig = ZeroStdRLOOTrainer = None
 
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # TRL 1.16's GRPO losses
 PROMPTS = ["1+1=", "2+3=", "4+4=", "3+5=", "2+2=", "1+6=", "5+3=", "7+1="]
 
 # The regression batch. Group 1 ("1+1=") is tied: every completion is right. Group 2 ("2+3=") is informative: two

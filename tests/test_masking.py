@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import (
     INFORMATIVE,
+    LOSS_TYPES,
     MIXED_PROMPTS,
     TIED,
     answer_reward,
@@ -363,3 +364,34 @@ def test_group_mixing_prompts_is_an_error(make_trainer, kind):
     rows = [{"prompt": "1+1="}] * 3 + [{"prompt": "2+3="}] * 5
     with pytest.raises(ValueError, match="mix dataset prompts"):
         trainer._generate_and_score_completions(rows)
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+@pytest.mark.parametrize(("kind", "loss_type"), [*(("grpo", loss) for loss in LOSS_TYPES), ("rloo", None)])
+def test_skipping_masked_rows_in_the_loss_changes_nothing_but_compute(make_trainer, kind, loss_type, normalization):
+    """Rows with no active token (tied group, a truncated row) are not forwarded in the loss; loss and gradients
+    equal the full forward's."""
+    results = {}
+    for skip in (True, False):
+        config = {"loss_type": loss_type} if loss_type else {}
+        trainer = make_trainer(
+            kind,
+            beta=0.1,
+            zero_std_normalization=normalization,
+            skip_masked_rows=skip,
+            mask_truncated_completions=True,
+            **config,
+        )
+        move_policy_away(trainer.model)
+        batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
+        rows_forwarded = []
+        trainer.model.register_forward_pre_hook(
+            lambda module, args, kwargs, rows=rows_forwarded: rows.append(kwargs["input_ids"].shape[0]),
+            with_kwargs=True,
+        )
+        results[skip] = (*loss_and_grads(trainer, batch), sum(rows_forwarded))
+    (skip_loss, skip_grads, skip_rows), (full_loss, full_grads, full_rows) = results[True], results[False]
+    assert grad_norm(skip_grads) > 1e-4
+    torch.testing.assert_close(skip_loss, full_loss)
+    assert_grads_close(skip_grads, full_grads, rtol=1e-5, atol=1e-7)
+    assert (skip_rows, full_rows) == (3, 8 if normalization == "keep" else 4)
