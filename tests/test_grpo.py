@@ -189,19 +189,23 @@ def expected_group_advantages(rewards):
     return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
 
 
-def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
-    """A row whose sequence-level importance-sampling ratio is 0 (vLLM sequence_mask) is masked and leaves the
-    baseline; vLLM itself is not needed: the ratio is fed into TRL's output."""
+def reject_rows(monkeypatch, rows):
+    """Make TRL's scoring report a sequence-level importance-sampling ratio of 0 (vLLM ``sequence_mask``
+    rejection) for ``rows``: vLLM itself is not needed to test our handling of it."""
     trl_generate_and_score = GRPOTrainer._generate_and_score_completions
 
-    def with_rejected_first_row(self, inputs):
+    def with_rejected_rows(self, inputs):
         output = trl_generate_and_score(self, inputs)
         ratio = torch.ones(len(output["advantages"]), 1)
-        ratio[0] = 0.0
+        ratio[rows] = 0.0
         output["importance_sampling_ratio"] = ratio
         return output
 
-    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", with_rejected_first_row)
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", with_rejected_rows)
+
+
+def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
+    reject_rows(monkeypatch, [0])
     advantages = {}
     for first in ("5 x", "9 yy"):
         trainer = make_trainer()
@@ -211,6 +215,15 @@ def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
         advantages[first] = batch["advantages"][1:]
     assert torch.equal(advantages["5 x"], advantages["9 yy"])
     torch.testing.assert_close(advantages["5 x"], expected_group_advantages([0.0, 1.0, 0.0]))
+
+
+def test_rejected_rows_put_no_kl_gradient(make_trainer, monkeypatch):
+    reject_rows(monkeypatch, [0, 1, 2, 3])
+    trainer = make_trainer(beta=0.1)
+    move_policy_away(trainer.model)
+    loss, grads = loss_and_grads(trainer, train_batch(trainer, ["2+3="], INFORMATIVE))
+    assert loss.item() == 0.0
+    assert_all_zero(grads)
 
 
 # ---------------------------------------------------------------------------------------------------------------

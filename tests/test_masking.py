@@ -96,6 +96,24 @@ def test_exclude_under_accumulation_matches_trl_without_masked_rows(make_trainer
     assert_grads_close(accumulated_grads(ours, ours_batches), base_grads, rtol=1e-5, atol=1e-7)
 
 
+def test_steps_per_generation_keeps_masks_and_normalisers(make_trainer):
+    """steps_per_generation=2 with no accumulation: one generation batch feeds two optimizer steps (old log-probs
+    computed), each micro-batch carries the masks of the whole batch and its loss is TRL's ('keep', beta=0)."""
+    config = {"beta": 0.0, "per_device_train_batch_size": 4, "steps_per_generation": 2}
+    base, ours = make_trainer(ours=False, **config), make_trainer(**config)
+    base_batches = micro_batches(base, MIXED_PROMPTS, TIED + INFORMATIVE, steps=2)
+    ours_batches = micro_batches(ours, MIXED_PROMPTS, TIED + INFORMATIVE, steps=2)
+    tokenizer = ours.processing_class
+    for base_batch, ours_batch in zip(base_batches, ours_batches, strict=True):
+        assert "old_per_token_logps" in ours_batch
+        texts = tokenizer.batch_decode(ours_batch["completion_ids"], skip_special_tokens=True)
+        tied = torch.tensor([text in TIED for text in texts])
+        assert torch.equal(ours_batch["completion_mask"].sum(dim=1) == 0, tied)
+        assert_grads_close(
+            accumulated_grads(ours, [ours_batch]), accumulated_grads(base, [base_batch]), rtol=1e-5, atol=1e-7
+        )
+
+
 def test_later_iterations_reuse_the_masks(make_trainer):
     """num_iterations=2: the second pass over a generation batch (policy moved, old log-probs from generation) keeps
     the masks, and the tied rows still put exactly zero gradient, KL term included."""
