@@ -22,8 +22,9 @@ class ZeroStdRLOOTrainer(RowMaskingMixin, RLOOTrainer):
     to the same bound carries no signal.
 
     With ``skip_masked_rows`` the masked rows outside the statistics (all masked rows by default) are not forwarded
-    while scoring (``_scoring``), so TRL sees their KL as 0. Only its logs change: ``kl`` (their tokens stay in its denominator), ``frac_reward_zero_std`` (computed on the
-    KL-penalised reward: a skipped tied group now counts as zero-std) and the completions table's advantages.
+    while scoring (``_scoring``), so TRL sees their KL as 0. Only two of its logs change: ``kl`` (their tokens stay in
+    its denominator) and ``frac_reward_zero_std`` (computed on the KL-penalised reward: a skipped tied group now
+    counts as zero-std).
     """
 
     def __init__(self, *args, **kwargs):
