@@ -90,8 +90,6 @@ def select_rows(batch: dict, rows: torch.Tensor, batch_size: int) -> dict:
 class RowMaskingMixin:
     """Mixed in before a TRL trainer class; see the module docstring."""
 
-    TOKEN_MEAN_METRICS: tuple[str, ...] = ()  # metrics TRL's loss averages over the loss mask's tokens
-
     def _init_row_masking(self) -> None:
         self.masking = masking_settings(self.args)
         self._gathered_rewards_per_func: torch.Tensor | None = None
@@ -118,6 +116,10 @@ class RowMaskingMixin:
     def _skips_scoring_forward(self, call: int) -> bool:
         """Whether TRL's ``call``-th no-grad forward of the batch (0: the first) may leave skippable rows out."""
         return True
+
+    def _token_mean_metrics(self) -> tuple[str, ...]:
+        """Metrics TRL's loss logs as means over the loss mask's tokens, to which placeholders add zeros."""
+        return ()
 
     def _finish_masked_output(self, output: dict, local_masked: torch.Tensor) -> None:
         """Make trainer-specific outputs consistent with the zeroed rows."""
@@ -178,18 +180,18 @@ class RowMaskingMixin:
             inputs = self._placeholder_inputs(inputs, placeholders, base_loss_mask)
         with self._forwarding_only(active, fill_logps, forward_all):
             loss = super()._compute_loss(model, inputs)
-        if self.masking.zero_std_normalization == "keep" and self.TOKEN_MEAN_METRICS:
+        if self.masking.zero_std_normalization == "keep" and self._token_mean_metrics():
             self._rescale_token_means(self._loss_mask(inputs), active)
         return loss
 
     def _rescale_token_means(self, loss_mask: torch.Tensor, active: torch.Tensor) -> None:
-        """Under "keep", TRL's token means (``TOKEN_MEAN_METRICS``) count the placeholders' tokens, whose KL and
-        entropy are 0: rescale the values just logged to means over the trained tokens, as TRL's own are."""
+        """Under "keep", TRL's token means (``_token_mean_metrics``) count the placeholders' tokens, which add zeros:
+        rescale the values just logged to means over the trained tokens, as TRL's own are."""
         counts = torch.stack([loss_mask.sum(), loss_mask[active].sum()]).float()
         all_tokens, trained_tokens = self.accelerator.reduce(counts, reduction="sum").tolist()
         if trained_tokens == 0:
             return
-        for key in self.TOKEN_MEAN_METRICS:
+        for key in self._token_mean_metrics():
             values = self._metrics["train"].get(key)
             if values:
                 values[-1] *= all_tokens / trained_tokens

@@ -14,7 +14,11 @@ class ZeroStdGRPOTrainer(RowMaskingMixin, GRPOTrainer):
     and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask and exactly zero gradient, KL term
     included, and leave the statistics of the other rows' advantages. Eval is TRL's, bit for bit."""
 
-    TOKEN_MEAN_METRICS = ("kl", "entropy")
+    def _token_mean_metrics(self) -> tuple[str, ...]:
+        # Placeholders have KL 0, entropy 0, ratio 1 and advantage 0 (never clipped). TRL's clip ratios are token
+        # means only at token-level importance sampling (row means otherwise).
+        clip_ratios = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio")
+        return ("kl", "entropy", *(clip_ratios if self.importance_sampling_level == "token" else ()))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
