@@ -402,12 +402,9 @@ def test_skipping_masked_rows_in_the_loss_changes_nothing_but_compute(make_train
         )
         move_policy_away(trainer.model)
         batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
-        rows_forwarded = []
-        trainer.model.register_forward_pre_hook(
-            lambda module, args, kwargs, rows=rows_forwarded: rows.append(kwargs["input_ids"].shape[0]),
-            with_kwargs=True,
-        )
-        results[skip] = (*loss_and_grads(trainer, batch), sum(rows_forwarded))
+        counter = ForwardCounter(trainer.model)
+        counter.counting = True
+        results[skip] = (*loss_and_grads(trainer, batch), counter.rows)
     (skip_loss, skip_grads, skip_rows), (full_loss, full_grads, full_rows) = results[True], results[False]
     assert grad_norm(skip_grads) > 1e-4
     torch.testing.assert_close(skip_loss, full_loss)
