@@ -9,14 +9,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,examples]"
 	touch $@
 
 .PHONY: install train test
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
-	$(PY) scripts/train_grpo.py $(ARGS)
+	$(PY) examples/train_grpo.py $(ARGS)
 
 test: install
 	$(PY) -m pytest -q $(ARGS)

@@ -1,8 +1,8 @@
 """One tiny-model fixture for every test: a local Qwen2 of ~85k parameters, a character tokenizer, stub generation.
 
 ``make_trainer`` builds any of the four trainers on the same model weights and data, so a test can run TRL's
-trainer and ours on the same batch. ``stub_generation`` replaces TRL's ``_generate`` on the instance so a test
-chooses every completion exactly.
+trainer and ours on the same batch. ``stub_generation`` replaces only TRL's token generation on the instance (and
+``stub_rollout`` goes through TRL's ``rollout_func``), so a test chooses every completion exactly.
 """
 
 from __future__ import annotations
@@ -13,17 +13,12 @@ import itertools
 import pytest
 import torch
 from datasets import Dataset
+from tiny_model import build_tokenizer, save_tiny_model
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer, ZeroStdRLOOConfig, ZeroStdRLOOTrainer
 from trl_zerostd.config import ZERO_STD_FIELDS
-from trl_zerostd.tiny import build_tokenizer, save_tiny_model
-
-try:
-    from trl_zerostd import ZeroStdRLOOConfig, ZeroStdRLOOTrainer
-except ImportError:  # the RLOO adapter may not exist yet
-    ZeroStdRLOOConfig = ZeroStdRLOOTrainer = None
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # TRL 1.16's GRPO losses
 PROMPTS = ["1+1=", "2+3=", "4+4=", "3+5=", "2+2=", "1+6=", "5+3=", "7+1="]
@@ -79,8 +74,6 @@ def make_trainer(tokenizer, base_model, tmp_path):
         kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, peft_config=None, **config
     ):
         trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
-        if trainer_cls is None:
-            pytest.skip(f"no {kind} adapter")
         settings = dict(
             output_dir=str(tmp_path / ("ours" if ours else "base")),
             per_device_train_batch_size=8,
@@ -114,28 +107,58 @@ def make_trainer(tokenizer, base_model, tmp_path):
     return make
 
 
-def stub_generation(trainer, completions, tool_mask=None):
-    """Replace ``trainer._generate`` so the rows get ``completions`` (a list cycled over calls, or a callable
-    ``prompts -> completions``). A completion ending in ``"|"`` is cut there and gets no EOS (truncated).
-    ``tool_mask(completion_ids) -> list[int]`` (GRPO only) marks tool-output tokens with 0, as TRL's tool loop does."""
+def completion_source(completions):
+    """``prompts -> completion texts`` from a list (cycled over calls) or a callable ``prompts -> completions``."""
+    if callable(completions):
+        return completions
+    stream = itertools.cycle(completions)
+    return lambda prompts: [next(stream) for _ in prompts]
+
+
+def encode_completion(tokenizer, text):
+    """Token ids of a completion: EOS last, unless the text ends in ``"|"`` (cut there, no EOS: truncated)."""
+    ids = tokenizer(text.rstrip("|"), add_special_tokens=False).input_ids
+    return ids if text.endswith("|") else ids + [tokenizer.eos_token_id]
+
+
+def stub_generation(trainer, completions, logprobs=None):
+    """Replace only the token generation of ``trainer`` (TRL's ``_generate_single_turn``): the rows get
+    ``completions`` (see ``completion_source``); TRL's own ``_generate`` still tokenizes, decodes and logs. GRPO:
+    ``logprobs(row, ids) -> list[float]`` gives the sampling log-probs vLLM would return with them."""
     tokenizer = trainer.processing_class
-    source = completions if callable(completions) else None
-    stream = None if source else itertools.cycle(completions)
+    source = completion_source(completions)
 
-    def generate(prompts):
-        texts = source(prompts) if source else [next(stream) for _ in prompts]
-        prompt_ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-        completion_ids = []
-        for text in texts:
-            ids = tokenizer(text.rstrip("|"), add_special_tokens=False).input_ids
-            completion_ids.append(ids if text.endswith("|") else ids + [tokenizer.eos_token_id])
-        decoded = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    def generate_single_turn(prompt_ids, *args, **kwargs):
+        texts = source(tokenizer.batch_decode(prompt_ids, skip_special_tokens=True))
+        completion_ids = [encode_completion(tokenizer, text) for text in texts]
         if isinstance(trainer, RLOOTrainer):
-            return prompt_ids, completion_ids, decoded
-        tool_masks = [tool_mask(ids) for ids in completion_ids] if tool_mask else None
-        return prompt_ids, completion_ids, tool_masks, decoded, None, {}, None, []
+            return completion_ids
+        return completion_ids, [logprobs(i, ids) for i, ids in enumerate(completion_ids)] if logprobs else None
 
-    trainer._generate = generate
+    trainer._generate_single_turn = generate_single_turn
+    return trainer
+
+
+def stub_rollout(trainer, completions, tool_mask=None, logprobs=None, extra_fields=None):
+    """GRPO: generation through TRL's ``rollout_func`` seam, which can also return what a rollout adds:
+    ``tool_mask(ids) -> list[int]`` (0 on tool-output tokens, TRL's ``env_mask``), ``logprobs(ids) -> list[float]``
+    (vLLM's sampling log-probs) and ``extra_fields(prompts) -> dict`` (columns for the reward functions)."""
+    tokenizer = trainer.processing_class
+    source = completion_source(completions)
+
+    def rollout(prompts, _trainer):
+        completion_ids = [encode_completion(tokenizer, text) for text in source(prompts)]
+        output = {
+            "prompt_ids": [tokenizer(p, add_special_tokens=False).input_ids for p in prompts],
+            "completion_ids": completion_ids,
+            "logprobs": [logprobs(ids) for ids in completion_ids] if logprobs else None,
+            **(extra_fields(prompts) if extra_fields else {}),
+        }
+        if tool_mask:
+            output["env_mask"] = [tool_mask(ids) for ids in completion_ids]
+        return output
+
+    trainer.rollout_func = rollout
     return trainer
 
 
@@ -173,9 +196,13 @@ def grad_norm(grads):
     return torch.sqrt(sum((g.double() ** 2).sum() for g in grads.values())).item()
 
 
-def train_batch(trainer, prompts, completions, **stub):
-    """Training-mode output of ``_generate_and_score_completions`` for ``prompts`` x ``num_generations`` rows."""
-    stub_generation(trainer, completions, **stub)
+def train_batch(trainer, prompts, completions, **rollout):
+    """Training-mode output of ``_generate_and_score_completions`` for ``prompts`` x ``num_generations`` rows
+    (``rollout`` options: generation through ``stub_rollout``)."""
+    if rollout:
+        stub_rollout(trainer, completions, **rollout)
+    else:
+        stub_generation(trainer, completions)
     trainer.model.train()
     return trainer._generate_and_score_completions(rows_of(trainer, prompts))
 

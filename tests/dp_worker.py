@@ -13,10 +13,10 @@ import torch
 from datasets import Dataset
 from torch import distributed
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
+TESTS = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [TESTS, os.path.join(os.path.dirname(TESTS), "examples")]
 from conftest import OUR_CLASSES, answer_reward, stub_generation
-
-from trl_zerostd.tiny import build_tokenizer
+from tiny_model import build_tokenizer
 
 GLOBAL_BATCH = 8  # one tied group and one informative group of 4
 COMPLETIONS = {"1+1=": ["2", "2 a", "2 bb", "2"], "2+3=": ["5 x", "3", "5", "9 yy"]}

@@ -1,360 +1,29 @@
-"""Tests of ``trl_zerostd/core.py``: the pure tensor math, on tensors, no trainer.
-
-Property tests draw small batches (``G`` in 2..6 generations, 1..5 groups, 1..3 reward functions, some ``None``
-rewards) with hypothesis. ``trl_grpo_advantages`` / ``trl_rloo_advantages`` below are TRL 1.16's own advantage code,
-copied from the installed trainers, so "equals TRL" is checked against TRL's arithmetic, not against ours.
-"""
+"""Tests of ``trl_zerostd/core.py``: groups, zero-variance decisions, the row plan and the rows each forward reads,
+on tensors, no trainer. Property tests draw batches with the strategies of ``core_strategies.py``."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from core_strategies import (
+    GRID,
+    PROPERTY,
+    SCALES,
+    Batch,
+    all_estimators,
+    batches,
+    bools,
+    expected_zero_std_groups,
+    row_values,
+)
+from hypothesis import given
 from hypothesis import strategies as st
-from trl.trainer.utils import nanstd
 
 from trl_zerostd import core
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-SCALE_REWARDS = ("group", "batch", "none")
-AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
-GRPO_MODES = [{"scale_rewards": s, "multi_objective_aggregation": a} for s in SCALE_REWARDS for a in AGGREGATIONS]
-RLOO_MODES = [{"normalize_advantages": n, "with_kl": k} for n in (False, True) for k in (False, True)]
-
-# A reward is a small integer cell times a per-batch scale; cells above 8 are None (NaN, ~1 in 5 cells).
-# Scale 0.25 gives quarter-grid rewards whose sums are exact (well conditioned); an arbitrary float32 scale gives
-# rewards with rounding everywhere, for the bitwise comparisons. Integer cells keep hypothesis fast.
-GRID = st.just(0.25)
-SCALES = st.sampled_from([0.25, 1.0]) | st.floats(0.015625, 3, width=32)
-FLOATS = st.floats(-10, 10, width=32)
-WEIGHTS = st.sampled_from([1.0, 0.5, 2.0, -1.0, 0.0]) | st.floats(-3, 3, width=32)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# TRL 1.16's advantage code, verbatim from trl/trainer/{grpo,rloo}_trainer.py `_generate_and_score_completions`.
-# Only `self` is a namespace of the attributes the block reads, `device` is the rewards' device, and RLOO's
-# `kl = gather(kl)` is the identity (one process); the per-row `kl` is passed in.
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def trl_grpo_advantages(rewards_per_func, reward_weights, num_generations, scale_rewards, multi_objective_aggregation):
-    self = SimpleNamespace(
-        reward_weights=reward_weights,
-        scale_rewards=scale_rewards,
-        multi_objective_aggregation=multi_objective_aggregation,
-        reward_funcs=[None] * rewards_per_func.shape[1],
-    )
-    device = rewards_per_func.device
-    # --- begin TRL 1.16 grpo_trainer.py ---
-    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
-
-    if self.multi_objective_aggregation == "sum_then_normalize":
-        # Apply weights to each reward function's output and sum
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards[unscorable_mask] = torch.nan
-        mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
-        mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
-        if self.scale_rewards in ["group", "none"]:
-            # If self.scale_rewards = "none", we'll only use std_rewards to check for zero std for logging
-            if num_generations > 1:
-                std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)
-                std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
-            else:  # doesn't occur during training, but could occur in eval when num_generations_eval=1
-                std_rewards = torch.zeros_like(rewards)
-        elif self.scale_rewards == "batch":
-            # Compute global std
-            if rewards.numel() > 1:
-                std_rewards = nanstd(rewards).expand_as(rewards)
-            else:  # doesn't occur during training, but could occur in eval when num_generations_eval=batch_size=1
-                std_rewards = torch.zeros_like(rewards)
-        else:
-            raise ValueError(
-                f"Invalid value for scale_rewards: {self.scale_rewards}. Must be one of 'batch', 'group', or 'none'."
-            )
-
-        advantages = rewards - mean_grouped_rewards
-        if self.scale_rewards != "none":
-            advantages = advantages / (std_rewards + 1e-4)
-        is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))  # for logging
-
-    elif self.multi_objective_aggregation == "normalize_then_sum":
-        grouped = rewards_per_func.view(-1, num_generations, len(self.reward_funcs))
-        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
-        std_k = nanstd(grouped, dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean_k)
-        reward_k = (grouped - mean_k) / (std_k + 1e-4)
-        reward_k = reward_k.view(-1, len(self.reward_funcs))
-        rewards = (reward_k * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards[unscorable_mask] = torch.nan
-        std_rewards = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-        advantages = (rewards - torch.nanmean(rewards)) / (std_rewards + 1e-4)
-        is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))  # for logging  # noqa: F841
-
-    else:
-        raise ValueError(
-            f"Invalid multi_objective_aggregation: {self.multi_objective_aggregation}. Must be "
-            "'sum_then_normalize' or 'normalize_then_sum'."
-        )
-
-    # Unscorable completions (every reward func returned None) carry no learning signal: their reward is NaN here,
-    # so zero their advantage to keep them from moving the policy.
-    advantages = torch.nan_to_num(advantages, nan=0.0)
-    # --- end TRL 1.16 ---
-    return advantages
-
-
-def trl_rloo_advantages(
-    rewards_per_func,
-    reward_weights,
-    num_generations,
-    beta=0.0,
-    kl=None,
-    normalize_advantages=False,
-    reward_clip_range=None,
-):
-    self = SimpleNamespace(
-        reward_weights=reward_weights,
-        beta=beta,
-        normalize_advantages=normalize_advantages,
-        reward_clip_range=reward_clip_range,
-    )
-    device = rewards_per_func.device
-    # --- begin TRL 1.16 rloo_trainer.py ---
-    unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)
-
-    # Apply weights to each reward function's output and sum
-    rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-    rewards[unscorable_mask] = torch.nan
-
-    # Apply reward clipping if specified
-    if self.reward_clip_range:
-        rewards = rewards.clamp(min=self.reward_clip_range[0], max=self.reward_clip_range[1])
-
-    # Include the KL penalty in the reward
-    if self.beta != 0.0:
-        # (per_token_kl and kl = (per_token_kl * completion_mask).sum(-1); kl = gather(kl): passed in as `kl`)
-        rewards = rewards - self.beta * kl
-
-    grouped_rewards = rewards.view(-1, num_generations)
-    mean_grouped_rewards = torch.nanmean(grouped_rewards, dim=1)
-    if num_generations > 1:
-        std_rewards = nanstd(grouped_rewards, dim=1)
-    else:  # doesn't occur during training, but could occur in eval when num_generations_eval=1
-        std_rewards = torch.zeros_like(mean_grouped_rewards)  # noqa: F841
-
-    scorable_counts = (~torch.isnan(grouped_rewards)).sum(dim=1, keepdim=True)  # (num_prompts, 1)
-    grouped_sum = torch.nansum(grouped_rewards, dim=1, keepdim=True)  # (num_prompts, 1)
-    if num_generations > 1:
-        baselines = (grouped_sum - grouped_rewards) / (scorable_counts - 1)  # (num_prompts, num_generations)
-        baselines = baselines.view(-1)  # Flatten back to match rewards shape
-        advantages = rewards - baselines
-    else:  # this case doesn't occur during training, but could in eval when num_generations_eval=1
-        advantages = torch.zeros_like(rewards)
-
-    # Normalize advantages over the scorable subset only (unscorable advantages are still NaN here).
-    if self.normalize_advantages:
-        advantages = (advantages - torch.nanmean(advantages)) / (nanstd(advantages) + 1e-4)
-
-    # Unscorable completions carry no learning signal: zero their advantage to keep them from moving the policy.
-    advantages = torch.nan_to_num(advantages, nan=0.0)
-    # --- end TRL 1.16 ---
-    return advantages
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Strategies and helpers
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Batch:
-    rewards_per_func: torch.Tensor  # (N, K), NaN = the function returned None
-    reward_weights: torch.Tensor  # (K,)
-    num_generations: int
-    kl: torch.Tensor  # (N,) a per-row sequence KL, for RLOO's penalty
-
-    @property
-    def n(self) -> int:
-        return self.rewards_per_func.shape[0]
-
-    @property
-    def num_groups(self) -> int:
-        return self.n // self.num_generations
-
-
-def reward_table(draw, n, k, scale, dtype=torch.float32):
-    """``(n, k)`` rewards: cells in -8..12 times ``scale``, NaN (the function returned None) for cells above 8.
-
-    One drawn integer per row holds its ``k`` cells (base 21): a third of the draws, same distribution."""
-    packed = draw(st.lists(st.integers(0, 21**k - 1), min_size=n, max_size=n))
-    cells = torch.tensor([[code // 21**j % 21 - 8 for j in range(k)] for code in packed], dtype=torch.float64)
-    return torch.where(cells > 8, math.nan, cells * scale).to(dtype)
-
-
-def row_values(draw, n, scale, dtype=torch.float32):
-    """``(n,)`` finite values: cells in -8..8 times ``scale``."""
-    return (torch.tensor(draw(st.lists(st.integers(-8, 8), min_size=n, max_size=n)), dtype=torch.float64) * scale).to(
-        dtype
-    )
-
-
-@st.composite
-def batches(draw, scales=SCALES, min_generations=2, dtype=torch.float32):
-    num_generations = draw(st.integers(min_generations, 6))
-    n = num_generations * draw(st.integers(1, 5))
-    k = draw(st.integers(1, 3))
-    rewards = reward_table(draw, n, k, draw(scales), dtype)
-    weights = torch.tensor(draw(st.lists(WEIGHTS, min_size=k, max_size=k)), dtype=dtype)
-    return Batch(rewards, weights, num_generations, row_values(draw, n, draw(scales), dtype))
-
-
-def bools(draw, n):
-    """``(n,)`` bool from one drawn bitmask."""
-    bits = draw(st.integers(0, 2**n - 1))
-    return torch.tensor([(bits >> i) & 1 for i in range(n)], dtype=torch.bool)
-
-
-def grpo(batch, stat_rows, **mode):
-    return core.grpo_advantages(batch.rewards_per_func, batch.reward_weights, batch.num_generations, stat_rows, **mode)
-
-
-def rloo(batch, stat_rows, normalize_advantages=False, with_kl=False, beta=0.05, reward_clip_range=None):
-    return core.rloo_advantages(
-        batch.rewards_per_func,
-        batch.reward_weights,
-        batch.num_generations,
-        stat_rows,
-        kl_penalty=beta * batch.kl if with_kl else None,
-        normalize_advantages=normalize_advantages,
-        reward_clip_range=reward_clip_range,
-    )
-
-
-def all_estimators(batch, stat_rows):
-    """``{label: advantages}`` for every GRPO mode and every RLOO mode."""
-    out = {f"grpo {m}": grpo(batch, stat_rows, **m) for m in GRPO_MODES}
-    out.update({f"rloo {m}": rloo(batch, stat_rows, **m) for m in RLOO_MODES})
-    return out
-
-
-def expected_zero_std_groups(rewards, valid_rows, num_generations, atol):
-    """Reference for ``zero_std_groups``, group by group in Python (the spread computed in float32, like the batch)."""
-    out = []
-    rewards, valid_rows = rewards.tolist(), valid_rows.tolist()
-    for start in range(0, len(rewards), num_generations):
-        values = [
-            rewards[i] for i in range(start, start + num_generations) if valid_rows[i] and rewards[i] == rewards[i]
-        ]
-        spread = torch.tensor(max(values)) - torch.tensor(min(values)) if len(values) >= 2 else None  # float32
-        out.append(spread is None or bool(spread <= atol))
-    return torch.tensor(out, dtype=torch.bool)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# 1. A masked row never moves another row's advantage
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@PROPERTY
-@given(data=st.data())
-def test_masked_row_rewards_do_not_move_any_advantage(data):
-    """Rewriting the rewards (and KL) of rows outside ``stat_rows`` leaves every advantage bit-identical."""
-    batch = data.draw(batches())
-    stat_rows = bools(data.draw, batch.n)
-    k = batch.rewards_per_func.shape[1]
-    new_table = reward_table(data.draw, batch.n, k, data.draw(SCALES))
-    new_kl = row_values(data.draw, batch.n, data.draw(SCALES))
-    changed = Batch(
-        torch.where(stat_rows.unsqueeze(1), batch.rewards_per_func, new_table),
-        batch.reward_weights,
-        batch.num_generations,
-        torch.where(stat_rows, batch.kl, new_kl),
-    )
-    clip = data.draw(st.none() | st.tuples(st.floats(-3, 0, width=32), st.floats(0.5, 3, width=32)))
-    before, after = all_estimators(batch, stat_rows), all_estimators(changed, stat_rows)
-    before["rloo clipped"] = rloo(batch, stat_rows, with_kl=True, normalize_advantages=True, reward_clip_range=clip)
-    after["rloo clipped"] = rloo(changed, stat_rows, with_kl=True, normalize_advantages=True, reward_clip_range=clip)
-    for label in before:
-        assert torch.equal(before[label], after[label]), label
-
-
-def test_the_leak_check_detects_trl_leak():
-    """The check above can fail: in TRL's own GRPO and RLOO row 3's reward moves rows 0-2; masked in ours, it does not."""
-    rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0]])
-    changed = torch.tensor([[1.0], [0.0], [0.0], [5.0]])  # the row we would mask (index 3) changes
-    weights, g = torch.tensor([1.0]), 4
-    assert not torch.equal(
-        trl_grpo_advantages(rewards, weights, g, "group", "sum_then_normalize")[:3],
-        trl_grpo_advantages(changed, weights, g, "group", "sum_then_normalize")[:3],
-    )
-    assert not torch.equal(trl_rloo_advantages(rewards, weights, g)[:3], trl_rloo_advantages(changed, weights, g)[:3])
-    stat_rows = torch.tensor([True, True, True, False])
-    assert torch.equal(
-        core.grpo_advantages(rewards, weights, g, stat_rows), core.grpo_advantages(changed, weights, g, stat_rows)
-    )
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# 2. With no row masked, TRL's advantages bit for bit
-# ----------------------------------------------------------------------------------------------------------------
-
-
-@PROPERTY
-@given(batch=batches(min_generations=1), mode=st.sampled_from(GRPO_MODES))
-def test_grpo_equals_trl_when_nothing_is_masked(batch, mode):
-    """``stat_rows = ~unscorable``: GRPO advantages are TRL 1.16's, bitwise, in every scale/aggregation mode."""
-    stat_rows = ~core.unscorable_rows(batch.rewards_per_func)
-    ours = grpo(batch, stat_rows, **mode)
-    trl = trl_grpo_advantages(batch.rewards_per_func.clone(), batch.reward_weights, batch.num_generations, **mode)
-    assert torch.equal(ours, trl), (ours, trl)
-
-
-@PROPERTY
-@given(
-    batch=batches(min_generations=1),
-    normalize=st.booleans(),
-    beta=st.sampled_from([0.0, 0.05, 1.0]),
-    clip=st.none() | st.tuples(st.floats(-3, 0, width=32), st.floats(0.5, 3, width=32)),
-)
-def test_rloo_equals_trl_when_nothing_is_masked(batch, normalize, beta, clip):
-    """``stat_rows = ~unscorable``: RLOO advantages (clip, KL penalty, normalisation) are TRL 1.16's, bitwise."""
-    stat_rows = ~core.unscorable_rows(batch.rewards_per_func)
-    ours = core.rloo_advantages(
-        batch.rewards_per_func,
-        batch.reward_weights,
-        batch.num_generations,
-        stat_rows,
-        kl_penalty=beta * batch.kl if beta != 0.0 else None,
-        normalize_advantages=normalize,
-        reward_clip_range=clip,
-    )
-    trl = trl_rloo_advantages(
-        batch.rewards_per_func.clone(),
-        batch.reward_weights,
-        batch.num_generations,
-        beta=beta,
-        kl=batch.kl,
-        normalize_advantages=normalize,
-        reward_clip_range=clip,
-    )
-    assert torch.equal(ours, trl), (ours, trl)
-
-
-@settings(max_examples=150, deadline=None)
-@given(x=st.lists(st.none() | FLOATS, min_size=1, max_size=12), rows=st.integers(1, 3))
-def test_nanstd_is_trl_nanstd(x, rows):
-    """core.nanstd (whole tensor and per dim) is bitwise TRL's nanstd, NaN where fewer than 2 values."""
-    t = torch.tensor([math.nan if v is None else v for v in x] * rows, dtype=torch.float32).view(rows, -1)
-    assert torch.equal(core.nanstd(t), nanstd(t)) or (core.nanstd(t).isnan() and nanstd(t).isnan())
-    for dim in (0, 1):
-        ours, theirs = core.nanstd(t, dim=dim), nanstd(t, dim=dim)
-        assert ours.shape == theirs.shape
-        assert torch.equal(ours.nan_to_num(-1.0), theirs.nan_to_num(-1.0))
-
+ROLE = core.RowRole
 
 # ----------------------------------------------------------------------------------------------------------------
 # 3. Permuting rows within a group permutes advantages and masks
@@ -381,7 +50,7 @@ def test_permuting_rows_within_groups_permutes_everything(data):
     shuffled = Batch(batch.rewards_per_func[perm], batch.reward_weights, g, batch.kl[perm])
 
     def pipeline(b, trunc, rej):
-        masks = core.decide_row_masks(
+        masks = core.decide_row_plan(
             core.weighted_task_reward(b.rewards_per_func, b.reward_weights),
             g,
             truncated=trunc,
@@ -401,43 +70,6 @@ def test_permuting_rows_within_groups_permutes_everything(data):
     for label in advantages:  # (a plain max-difference check: assert_close is slow at this many calls)
         gap = (advantages_p[label] - advantages[label][perm]).abs().max().item()
         assert gap <= 1e-9, (label, advantages_p[label], advantages[label][perm])
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# 4. Always finite; masked rows exactly 0
-# ----------------------------------------------------------------------------------------------------------------
-
-STAT_PATTERNS = ("random", "none", "all", "one_per_group", "all_but_one_per_group")
-
-
-def stat_pattern(draw, pattern, n, g):
-    if pattern == "random":
-        return bools(draw, n)
-    if pattern in ("none", "all"):
-        return torch.full((n,), pattern == "all")
-    chosen = torch.tensor([start + draw(st.integers(0, g - 1)) for start in range(0, n, g)])
-    one = torch.zeros(n, dtype=torch.bool).index_fill(0, chosen, True)
-    return one if pattern == "one_per_group" else ~one
-
-
-@PROPERTY
-@given(data=st.data(), pattern=st.sampled_from(STAT_PATTERNS), rewards=st.sampled_from(["random", "all_nan", "flat"]))
-def test_advantages_are_finite_and_masked_rows_are_zero(data, pattern, rewards):
-    """Whatever ``stat_rows`` and rewards: finite advantages, exactly 0 outside ``stat_rows``; one row per group -> 0."""
-    batch = data.draw(batches(scales=SCALES | st.sampled_from([1e6, 1e-30])))
-    if rewards == "all_nan":
-        batch.rewards_per_func.fill_(math.nan)
-    elif rewards == "flat":  # quarter-grid value, unit weights: exact group sums (else TRL's own ~1e-7 residue shows)
-        batch.rewards_per_func.fill_(data.draw(st.integers(-8, 8)) / 4)
-        batch.reward_weights.fill_(1.0)
-    stat_rows = stat_pattern(data.draw, pattern, batch.n, batch.num_generations)
-    for label, adv in all_estimators(batch, stat_rows).items():
-        assert adv.shape == (batch.n,)
-        assert torch.isfinite(adv).all(), (label, adv)
-        assert (adv[~stat_rows] == 0.0).all(), (label, adv)
-        no_signal = rewards == "all_nan" or (rewards == "flat" and "'with_kl': True" not in label)
-        if pattern == "one_per_group" or no_signal:
-            assert (adv == 0.0).all(), (label, adv)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -500,14 +132,14 @@ def test_zero_std_groups_cases():
     exclude=st.booleans(),
     atol=st.sampled_from([0.0, 1e-6, 0.5]),
 )
-def test_decide_row_masks_matches_the_rule(data, mask_zero_std, exclude, atol):
+def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
     """Reasons, zero-variance groups (over valid rows only), trainable and stat_rows as SEMANTICS.md states."""
     batch = data.draw(batches(scales=GRID))
     g = batch.num_generations
     task = core.weighted_task_reward(batch.rewards_per_func, batch.reward_weights)
     unscorable = core.unscorable_rows(batch.rewards_per_func)
     truncated, rejected = bools(data.draw, batch.n), bools(data.draw, batch.n)
-    masks = core.decide_row_masks(
+    masks = core.decide_row_plan(
         task,
         g,
         truncated=truncated,
@@ -531,10 +163,13 @@ def test_decide_row_masks_matches_the_rule(data, mask_zero_std, exclude, atol):
     assert torch.equal(masks.reasons["rejected"], rejected)
     assert torch.equal(masks.trainable, ~invalid & ~zero_std)
     assert torch.equal(masks.masked, invalid | zero_std)
+    assert torch.equal(masks.role == core.RowRole.TRL_MASKED, truncated)
+    assert torch.equal(masks.role == core.RowRole.OUT, (zero_std | unscorable | rejected) & ~truncated)
+    assert not masks.forwarded[~masks.trainable].any()  # zero_std_kl="mask": no KL-only row
     assert torch.equal(masks.stat_rows, masks.trainable if exclude else ~unscorable)
     # The decision ignores the rewards of invalid rows.
     noise = row_values(data.draw, batch.n, 0.25)
-    again = core.decide_row_masks(
+    again = core.decide_row_plan(
         torch.where(invalid, noise, task),
         g,
         truncated=truncated,
@@ -556,15 +191,15 @@ def test_group_of_tied_valid_rows_is_zero_variance_despite_a_differing_invalid_r
     flags[reason][3] = True
     if reason == "unscorable":
         task[3] = math.nan  # an unscorable row has a NaN task reward
-    masks = core.decide_row_masks(task, 4, **flags)
+    masks = core.decide_row_plan(task, 4, **flags)
     assert masks.zero_std_groups.tolist() == [True, False]
     assert masks.reasons["zero_std"].tolist() == [True, True, True, False, False, False, False, False]
     assert masks.reasons[reason].tolist() == [False, False, False, True] + [False] * 4
     assert masks.trainable.tolist() == [False] * 4 + [True] * 4
     assert torch.equal(masks.stat_rows, masks.trainable)
-    kept = core.decide_row_masks(task, 4, exclude_masked_from_baseline=False, **flags)
+    kept = core.decide_row_plan(task, 4, exclude_masked_from_baseline=False, **flags)
     assert kept.stat_rows.tolist() == [True, True, True, reason != "unscorable"] + [True] * 4
-    off = core.decide_row_masks(task, 4, mask_zero_std_groups=False, **flags)
+    off = core.decide_row_plan(task, 4, mask_zero_std_groups=False, **flags)
     assert not off.zero_std_groups.any() and not off.reasons["zero_std"].any()
     assert off.trainable.tolist() == [True, True, True, False] + [True] * 4
 
@@ -575,7 +210,7 @@ def test_a_lone_valid_row_gets_zero_advantage_through_the_pipeline():
     weights = torch.tensor([1.0])
     truncated = torch.tensor([False, True, True, False, False, False])
     none = torch.zeros(6, dtype=torch.bool)
-    masks = core.decide_row_masks(
+    masks = core.decide_row_plan(
         core.weighted_task_reward(rewards, weights), 3, truncated=truncated, unscorable=none, rejected=none
     )
     assert masks.reasons["zero_std"].tolist() == [True, False, False, False, False, False]
@@ -586,7 +221,72 @@ def test_a_lone_valid_row_gets_zero_advantage_through_the_pipeline():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 6. Deterministic units
+# 6. Roles: rows that keep their KL term (zero_std_kl), groups tied at the low and high end
+# ----------------------------------------------------------------------------------------------------------------
+
+NO_ROWS = torch.zeros(12, dtype=torch.bool)
+
+
+def kl_plan(zero_std_kl, reward_range=(0.0, 1.0), **flags):
+    """Three groups of 4: all wrong (0), all right (1), informative; row 3 of the first group truncated."""
+    task = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
+    truncated = NO_ROWS.clone()
+    truncated[3] = True
+    return core.decide_row_plan(
+        task, 4, truncated=truncated, unscorable=NO_ROWS, rejected=NO_ROWS, zero_std_kl=zero_std_kl,
+        reward_range=reward_range, **flags,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "kl_only"),
+    [("mask", []), ("keep_failed", [0, 1, 2]), ("keep", [0, 1, 2, 4, 5, 6, 7])],
+)
+def test_zero_std_kl_keeps_the_kl_term_of_tied_groups_only(mode, kl_only):
+    """Truncated rows never keep a KL term; KL-only rows stay out of the statistics (rules 2 and 3)."""
+    plan = kl_plan(mode)
+    assert plan.low_tied_groups.tolist() == [True, False, False]
+    assert plan.high_tied_groups.tolist() == [False, True, False]
+    assert (plan.role == ROLE.KL_ONLY).nonzero().view(-1).tolist() == kl_only
+    assert plan.role[3] == ROLE.TRL_MASKED
+    assert plan.trainable.nonzero().view(-1).tolist() == [8, 9, 10, 11]
+    assert torch.equal(plan.stat_rows, plan.trainable)
+    assert torch.equal(plan.forwarded, plan.trainable | (plan.role == ROLE.KL_ONLY))
+
+
+def test_low_and_high_ties_follow_the_reward_range():
+    """A continuous reward: a group tied at 0.5 is low-tied only when 0.5 is the lowest reward seen."""
+    task = torch.tensor([0.5, 0.5, 2.0, 2.0, 0.5, 2.0])
+    plan = core.decide_row_plan(
+        task, 2, truncated=NO_ROWS[:6], unscorable=NO_ROWS[:6], rejected=NO_ROWS[:6], zero_std_kl="keep_failed",
+        reward_range=(0.5, 2.0),
+    )  # fmt: skip
+    assert plan.low_tied_groups.tolist() == [True, False, False]
+    assert plan.high_tied_groups.tolist() == [False, True, False]
+    lower_seen = core.decide_row_plan(
+        task, 2, truncated=NO_ROWS[:6], unscorable=NO_ROWS[:6], rejected=NO_ROWS[:6], zero_std_kl="keep_failed",
+        reward_range=(0.0, 2.0),
+    )  # fmt: skip
+    assert not lower_seen.low_tied_groups.any() and not (lower_seen.role == ROLE.KL_ONLY).any()
+    no_range = kl_plan("keep_failed", reward_range=None)
+    assert not no_range.low_tied_groups.any() and not no_range.high_tied_groups.any()
+
+
+def test_widen_reward_range_skips_invalid_and_nan_rewards():
+    task = torch.tensor([0.5, math.nan, -3.0, 2.0])
+    valid = torch.tensor([True, True, False, True])
+    assert core.widen_reward_range(None, task, valid) == (0.5, 2.0)
+    assert core.widen_reward_range((0.0, 1.0), task, valid) == (0.0, 2.0)
+    assert core.widen_reward_range((0.0, 1.0), task, torch.zeros(4, dtype=torch.bool)) == (0.0, 1.0)
+
+
+def test_unknown_zero_std_kl_is_refused():
+    with pytest.raises(ValueError, match="zero_std_kl"):
+        kl_plan("sometimes")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 7. Deterministic units
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -600,34 +300,42 @@ def test_weighted_task_reward_and_unscorable_rows():
 
 
 def test_plan_loss_rows_keep_keeps_every_row():
-    loss = torch.tensor([[1, 1], [0, 0], [0, 1], [0, 0]])
-    base = torch.ones(4, 2, dtype=torch.long)
-    rows = core.plan_loss_rows(loss, base, "keep")
+    role = torch.tensor([ROLE.TRAIN, ROLE.OUT, ROLE.KL_ONLY, ROLE.TRL_MASKED])
+    rows = core.plan_loss_rows(role, "keep")
     assert rows.kept.tolist() == [0, 1, 2, 3]
-    assert rows.active.tolist() == [0, 2]
+    assert rows.forwarded.tolist() == [0, 2]
+    assert rows.policy.tolist() == [True, False, False, False]
 
 
-def test_plan_loss_rows_exclude_drops_our_masked_rows_and_keeps_truncated_ones():
-    """Row 1 had tokens and lost them (ours: dropped); row 2 never had any (TRL's truncation: kept, inactive)."""
-    base = torch.tensor([[1, 1], [1, 0], [0, 0], [1, 1], [1, 1]])
-    loss = torch.tensor([[0, 0], [0, 0], [0, 0], [1, 1], [1, 0]])
-    rows = core.plan_loss_rows(loss, base, "exclude")
-    assert rows.kept.tolist() == [2, 3, 4]
-    assert rows.active.tolist() == [1, 2]  # positions within `kept`, not batch indices
+def test_plan_loss_rows_exclude_drops_our_masked_rows_and_keeps_trls():
+    """Row 1 is ours (dropped); row 2 TRL masked itself (kept, not forwarded); row 4 keeps its KL term."""
+    role = torch.tensor([ROLE.TRAIN, ROLE.OUT, ROLE.TRL_MASKED, ROLE.TRAIN, ROLE.KL_ONLY])
+    rows = core.plan_loss_rows(role, "exclude")
+    assert rows.kept.tolist() == [0, 2, 3, 4]
+    assert rows.forwarded.tolist() == [0, 2, 3]  # positions within `kept`, not batch indices
+    assert rows.policy.tolist() == [True, False, True, False]
 
 
 def test_plan_loss_rows_exclude_keeps_one_row_when_all_are_masked():
-    base = torch.ones(3, 4)
-    rows = core.plan_loss_rows(torch.zeros(3, 4), base, "exclude")
-    assert rows.kept.tolist() == [0]
-    assert rows.active.tolist() == []
-    rows = core.plan_loss_rows(torch.zeros(3, 4), base, "keep")
-    assert rows.kept.tolist() == [0, 1, 2] and rows.active.tolist() == []
+    role = torch.full((3,), ROLE.OUT)
+    rows = core.plan_loss_rows(role, "exclude")
+    assert rows.kept.tolist() == [0] and rows.forwarded.tolist() == []
+    rows = core.plan_loss_rows(role, "keep")
+    assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == []
 
 
 def test_plan_loss_rows_rejects_unknown_normalization():
     with pytest.raises(ValueError, match="zero_std_normalization"):
-        core.plan_loss_rows(torch.ones(2, 2), torch.ones(2, 2), "drop")
+        core.plan_loss_rows(torch.tensor([ROLE.TRAIN]), "drop")
+
+
+def test_forward_rows_match_across_ranks():
+    """Every rank forwards as many rows (the most any rank needs, at least one), its needed rows first."""
+    needed = torch.tensor([[False, False, False, False], [True, False, True, False]])
+    assert core.forward_rows(needed, 0).tolist() == [0, 1]
+    assert core.forward_rows(needed, 1).tolist() == [0, 2]
+    assert core.forward_rows(torch.zeros(2, 4, dtype=torch.bool), 1).tolist() == [0]
+    assert core.forward_rows(torch.tensor([[False, True], [True, True]]), 0) is None
 
 
 def test_mismatched_groups():
@@ -653,36 +361,19 @@ def test_grouped_and_expand_groups():
 
 
 def test_truncated_rows():
-    """Tokens present but a zeroed loss mask; an empty (all-pad) row is not truncated."""
-    pad = 0
-    ids = torch.tensor([[5, 6, 7], [5, 2, 0], [0, 0, 0], [7, 0, 0]])
-    mask = torch.tensor([[0, 0, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0]])
-    assert core.truncated_rows(ids, mask, pad).tolist() == [True, False, False, False]
+    """TRL's test: the last token is neither EOS nor pad; an empty completion is not truncated."""
+    eos, pad = 1, 0
+    rows = [[5, 6, 7], [5, 2, eos], [5, pad], [], [eos]]
+    assert core.truncated_rows(rows, [eos, pad]).tolist() == [True, False, False, False, False]
 
 
 def test_rejected_rows():
-    """In sequence_mask mode a ratio (B, 1) of 0 rejects a row; other modes and no ratio reject none, even a token
-    ratio of one-token completions, whose shape is (B, 1) too."""
-    seq = torch.tensor([[1.0], [0.0], [0.5]])
-    got = core.rejected_rows(seq, "sequence_mask", 3)
-    assert got.dtype == torch.bool and got.tolist() == [False, True, False]
-    assert core.rejected_rows(seq, "token_mask", 3).tolist() == [False, False, False]
-    tokens = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    assert core.rejected_rows(tokens, "token_mask", 3).tolist() == [False, False, False]
-    none = core.rejected_rows(None, "sequence_mask", 4)
-    assert none.dtype == torch.bool and none.tolist() == [False] * 4
-
-
-def test_advantage_estimator_registry():
-    assert core.get_advantage_estimator("grpo") is core.grpo_advantages
-    assert core.get_advantage_estimator("rloo") is core.rloo_advantages
-    with pytest.raises(ValueError, match="ppo"):
-        core.get_advantage_estimator("ppo")
-
-
-def test_estimators_reject_unknown_modes():
-    rewards, weights, stat = torch.zeros(4, 1), torch.ones(1), torch.ones(4, dtype=torch.bool)
-    with pytest.raises(ValueError, match="scale_rewards"):
-        core.grpo_advantages(rewards, weights, 2, stat, scale_rewards="global")
-    with pytest.raises(ValueError, match="multi_objective_aggregation"):
-        core.grpo_advantages(rewards, weights, 2, stat, multi_objective_aggregation="mean")
+    """TRL's sequence_mask rule: exp(sum over loss tokens of old - sampling) outside [clip_min, clip_max]; NaN
+    sampling log-probs count 0; masked tokens do not count."""
+    old = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    sampling = torch.tensor([[-1.0, -1.0], [-3.0, -1.0], [0.0, math.nan], [-9.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [0, 1]])
+    # log ratios: 0, 2, -1, -1 -> ratios 1, 7.4, 0.37, 0.37
+    assert core.rejected_rows(old, sampling, mask, None, 3.0).tolist() == [False, True, False, False]
+    assert core.rejected_rows(old, sampling, mask, 0.5, None).tolist() == [False, False, True, True]
+    assert not core.rejected_rows(old, sampling, mask, None, None).any()

@@ -15,11 +15,12 @@ from conftest import (
     grad_norm,
     loss_and_grads,
     move_policy_away,
+    rows_of,
     stub_generation,
     table_reward,
     train_batch,
 )
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from trl_zerostd import ZeroStdGRPOTrainer
 
@@ -189,27 +190,30 @@ def expected_group_advantages(rewards):
     return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
 
 
-def reject_rows(monkeypatch, rows):
-    """Make TRL's scoring report a sequence-level importance-sampling ratio of 0 (vLLM ``sequence_mask``
-    rejection) for ``rows``: vLLM itself is not needed to test our handling of it."""
-    trl_generate_and_score = GRPOTrainer._generate_and_score_completions
-
-    def with_rejected_rows(self, inputs):
-        output = trl_generate_and_score(self, inputs)
-        ratio = torch.ones(len(output["advantages"]), 1)
-        ratio[rows] = 0.0
-        output["importance_sampling_ratio"] = ratio
-        return output
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", with_rejected_rows)
+def vllm_rejecting(trainer, rows):
+    """Make ``trainer`` score as under vLLM with importance-sampling correction in ``sequence_mask`` mode, with
+    sampling log-probs that get ``rows`` rejected: -30 per token puts their ratio far above the default clip_max 3,
+    while 0 per token keeps every other ratio below 1. (vLLM itself is not needed: the log-probs come with the
+    stubbed generation, and TRL computes the ratio from them.)"""
+    trainer.use_vllm = True
+    assert trainer.vllm_importance_sampling_correction and trainer.vllm_importance_sampling_mode == "sequence_mask"
+    return lambda row, ids: [-30.0 if row in rows else 0.0] * len(ids)
 
 
-def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
-    reject_rows(monkeypatch, [0])
+def vllm_batch(trainer, prompts, completions, rejected):
+    stub_generation(trainer, completions, logprobs=vllm_rejecting(trainer, rejected))
+    trainer.model.train()
+    return trainer._generate_and_score_completions(rows_of(trainer, prompts))
+
+
+def test_rejected_rows_are_trls_own_and_leave_the_baseline(make_trainer):
     advantages = {}
     for first in ("5 x", "9 yy"):
-        trainer = make_trainer()
-        batch = train_batch(trainer, ["2+3="], [first, "3", "5", "9 yy"])
+        trainer, base = make_trainer(), make_trainer(ours=False)
+        batch = vllm_batch(trainer, ["2+3="], [first, "3", "5", "9 yy"], rejected=[0])
+        base_batch = vllm_batch(base, ["2+3="], [first, "3", "5", "9 yy"], rejected=[0])
+        assert base_batch["importance_sampling_ratio"].view(-1).tolist()[0] == 0.0  # TRL rejects row 0 itself
+        assert (base_batch["importance_sampling_ratio"].view(-1)[1:] > 0).all()
         assert batch["completion_mask"][0].sum() == 0 and batch["advantages"][0] == 0.0
         assert trainer._metrics["train"]["masked/row_frac/rejected"][-1] == 0.25
         advantages[first] = batch["advantages"][1:]
@@ -217,11 +221,10 @@ def test_rejected_rows_leave_the_baseline(make_trainer, monkeypatch):
     torch.testing.assert_close(advantages["5 x"], expected_group_advantages([0.0, 1.0, 0.0]))
 
 
-def test_rejected_rows_put_no_kl_gradient(make_trainer, monkeypatch):
-    reject_rows(monkeypatch, [0, 1, 2, 3])
+def test_rejected_rows_put_no_kl_gradient(make_trainer):
     trainer = make_trainer(beta=0.1)
     move_policy_away(trainer.model)
-    loss, grads = loss_and_grads(trainer, train_batch(trainer, ["2+3="], INFORMATIVE))
+    loss, grads = loss_and_grads(trainer, vllm_batch(trainer, ["2+3="], INFORMATIVE, rejected=[0, 1, 2, 3]))
     assert loss.item() == 0.0
     assert_all_zero(grads)
 

@@ -273,4 +273,3 @@ def test_train_end_to_end_with_real_generation(make_trainer):
         assert all(
             f"masked/row_frac/{reason}" in entry for reason in ("zero_std", "truncated", "unscorable", "rejected")
         )
-    assert trainer._recorded_logps is None

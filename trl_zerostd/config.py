@@ -7,6 +7,8 @@ from typing import Literal
 
 from trl import GRPOConfig, RLOOConfig
 
+from .core import ZERO_STD_KL_MODES
+
 
 @dataclass
 class ZeroStdArguments:
@@ -16,7 +18,7 @@ class ZeroStdArguments:
         default=True,
         metadata={
             "help": "In training, mask every group whose valid rows all got the same reward (max - min <= "
-            "zero_std_atol): zero advantage, zero loss mask, zero gradient (KL term included)."
+            "zero_std_atol): zero advantage, zero loss mask, zero gradient (KL term included, see zero_std_kl)."
         },
     )
     zero_std_atol: float = field(
@@ -41,8 +43,17 @@ class ZeroStdArguments:
         default=True,
         metadata={
             "help": "Do not forward masked rows: not in the policy update, and not in the reference and old-policy "
-            "forwards while scoring (rewards are then computed first). Same loss and gradients, less compute. "
-            "False keeps TRL's full forwards, for comparison."
+            "forwards while scoring. Same loss and gradients, less compute. False keeps TRL's full forwards, for "
+            "comparison."
+        },
+    )
+    zero_std_kl: Literal["mask", "keep_failed", "keep"] = field(
+        default="mask",
+        metadata={
+            "help": "GRPO with beta > 0: the KL term of zero-variance rows. 'mask': none (every masked row puts zero "
+            "gradient). 'keep_failed': kept on groups tied at the lowest task reward seen in training (binary "
+            "verifier: all wrong), which pulls a collapsed policy back toward the reference. 'keep': kept on every "
+            "zero-variance group. Kept rows train on their KL term only and stay out of every statistic."
         },
     )
 
@@ -65,6 +76,32 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         )
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
+    if settings.zero_std_kl not in ZERO_STD_KL_MODES:
+        raise ValueError(f"zero_std_kl must be one of {ZERO_STD_KL_MODES}, got {settings.zero_std_kl!r}.")
+
+
+def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:
+    """Refuse, naming the settings, the combinations with TRL's own fields that this package cannot honour."""
+    if kind == "rloo" and settings.zero_std_kl != "mask":
+        raise ValueError(
+            f"zero_std_kl={settings.zero_std_kl!r} applies to GRPO's KL loss term; RLOO folds beta * KL into the "
+            "reward before its baseline, so a tied group has no KL term of its own to keep. Use zero_std_kl='mask'."
+        )
+    # TRL's adaptive-entropy controller reads the mean entropy over the loss mask; rows in that mask without a
+    # policy term would enter it (rule 3) unless top_entropy_quantile < 1, whose quantile we take over trained rows.
+    if getattr(args, "use_adaptive_entropy", False) and getattr(args, "top_entropy_quantile", 1.0) >= 1.0:
+        if settings.zero_std_kl != "mask":
+            raise ValueError(
+                f"use_adaptive_entropy with zero_std_kl={settings.zero_std_kl!r}: the rows kept for their KL term "
+                "would enter the controller's mean entropy. Use zero_std_kl='mask' or top_entropy_quantile < 1."
+            )
+        if args.loss_type == "bnpo" and settings.zero_std_normalization == "keep":
+            raise ValueError(
+                "use_adaptive_entropy with loss_type='bnpo' and zero_std_normalization='keep': bnpo's token "
+                "normaliser and the controller's mean entropy read one mask in TRL, so the masked rows' tokens would "
+                "enter the controller. Use zero_std_normalization='exclude', another loss_type, or "
+                "top_entropy_quantile < 1."
+            )
 
 
 def check_num_generations(config) -> None:

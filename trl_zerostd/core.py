@@ -1,36 +1,24 @@
-"""Pure tensor math of the package: groups, row masks, advantages, loss-row plans.
+"""Pure tensor math of the package: groups, row masks, the row plan of a batch, and the rows each forward reads.
 
 Nothing here imports a trainer or TRL, so every function can be tested alone. Conventions:
 
-- ``N`` rows (completions) in a batch, laid out as ``N // G`` groups of ``G = num_generations`` consecutive rows
-  that share one prompt (TRL's ``RepeatSampler`` layout).
+- ``N`` rows (completions) in a gathered batch, laid out as ``N // G`` groups of ``G = num_generations``
+  consecutive rows that share one prompt (TRL's ``RepeatSampler`` layout); ``B`` rows on one rank.
 - ``K`` reward functions; ``rewards_per_func`` is ``(N, K)`` float, NaN where a function returned None.
-- ``stat_rows`` is an ``(N,)`` bool mask of the rows allowed into any statistic (mean, std, leave-one-out
-  baseline). A row outside it never moves another row's advantage and gets advantage exactly 0.
+- Masks are ``(N,)`` or ``(B,)`` bool; rewards are in the reward functions' units.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 import torch
 
-STD_EPS = 1e-4  # TRL's epsilon in every advantage denominator
-
 MASK_REASONS = ("zero_std", "truncated", "unscorable", "rejected")
-
-
-def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Bessel-corrected std ignoring NaNs; NaN where fewer than 2 values. Same arithmetic as TRL's ``nanstd``."""
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
-    correction = count / (count - 1)
-    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
-    std = torch.sqrt(variance * correction)
-    return std.squeeze() if dim is None else std.squeeze(dim)
+ZERO_STD_KL_MODES = ("mask", "keep_failed", "keep")
 
 
 def grouped(x: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -42,15 +30,45 @@ def grouped(x: torch.Tensor, num_generations: int) -> torch.Tensor:
     return x.view(x.shape[0] // num_generations, num_generations, *x.shape[1:])
 
 
+def expand_groups(per_group: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """``(N // G, ...) -> (N, ...)``: broadcast a per-group value to each of the group's rows."""
+    return per_group.repeat_interleave(num_generations, dim=0)
+
+
 def weighted_task_reward(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
     """``(N, K) -> (N,)`` weighted sum over reward functions, NaN-skipping; NaN where every function gave None."""
     rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    return rewards.masked_fill(torch.isnan(rewards_per_func).all(dim=1), float("nan"))
+    return rewards.masked_fill(unscorable_rows(rewards_per_func), float("nan"))
 
 
 def unscorable_rows(rewards_per_func: torch.Tensor) -> torch.Tensor:
     """``(N,)`` bool: every reward function returned None (NaN) for the row."""
     return torch.isnan(rewards_per_func).all(dim=1)
+
+
+def truncated_rows(completion_ids: Sequence[Sequence[int]], stop_token_ids: Sequence[int]) -> torch.Tensor:
+    """``(B,)`` bool: completions that end without a stop token (EOS or pad), TRL's own truncation test."""
+    stop = set(stop_token_ids)
+    return torch.tensor([len(ids) > 0 and ids[-1] not in stop for ids in completion_ids], dtype=torch.bool)
+
+
+def rejected_rows(
+    old_logps: torch.Tensor,
+    sampling_logps: torch.Tensor,
+    loss_mask: torch.Tensor,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> torch.Tensor:
+    """``(B,)`` bool: rows that vLLM importance sampling in ``"sequence_mask"`` mode gives ratio 0.
+
+    The same arithmetic as TRL 1.16: ``exp(sum over loss tokens of old - sampling)`` (NaN differences count 0)
+    outside ``[clip_min, clip_max]``. ``old_logps``/``sampling_logps``/``loss_mask`` are ``(B, T)``.
+    """
+    log_ratio = torch.nan_to_num((old_logps - sampling_logps) * loss_mask, nan=0.0).sum(dim=-1)
+    ratio = torch.exp(log_ratio)
+    low = clip_min if clip_min is not None else -float("inf")
+    high = clip_max if clip_max is not None else float("inf")
+    return (ratio < low) | (ratio > high)
 
 
 def zero_std_groups(
@@ -62,17 +80,34 @@ def zero_std_groups(
     ``max - min`` of ``rewards`` is at most ``atol`` (reward units), or when it has fewer than 2 valid rows.
     Decided from the raw rewards, so it does not depend on any reward scaling.
     """
+    low, high, count = _valid_extremes(rewards, valid_rows, num_generations)
+    return (count < 2) | ((high - low) <= atol)
+
+
+def tied_groups(
+    rewards: torch.Tensor,
+    valid_rows: torch.Tensor,
+    num_generations: int,
+    atol: float,
+    level: float | None,
+) -> torch.Tensor:
+    """``(N // G,)`` bool: groups with at least one valid row, all within ``atol`` of ``level`` (None: no group).
+
+    With ``level`` the lowest task reward seen in training, these are the groups that failed together (binary
+    verifier: all wrong); with the highest, those that all succeeded.
+    """
+    low, high, count = _valid_extremes(rewards, valid_rows, num_generations)
+    if level is None:
+        return torch.zeros_like(count, dtype=torch.bool)
+    return (count > 0) & ((high - level).abs() <= atol) & ((low - level).abs() <= atol)
+
+
+def _valid_extremes(rewards, valid_rows, num_generations):
     valid = grouped(valid_rows & ~torch.isnan(rewards), num_generations)
     values = grouped(rewards, num_generations)
-    high = values.masked_fill(~valid, float("-inf")).amax(dim=1)
     low = values.masked_fill(~valid, float("inf")).amin(dim=1)
-    few_rows = valid.sum(dim=1) < 2
-    return few_rows | ((high - low) <= atol)
-
-
-def expand_groups(per_group: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """``(N // G, ...) -> (N, ...)``: broadcast a per-group value to each of the group's rows."""
-    return per_group.repeat_interleave(num_generations, dim=0)
+    high = values.masked_fill(~valid, float("-inf")).amax(dim=1)
+    return low, high, valid.sum(dim=1)
 
 
 def mismatched_groups(prompts: Sequence[Any], num_generations: int) -> list[int]:
@@ -87,132 +122,51 @@ def mismatched_groups(prompts: Sequence[Any], num_generations: int) -> list[int]
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Advantage estimators. Each takes the gathered rewards and ``stat_rows`` and returns ``(N,)`` advantages that are
-# finite everywhere and exactly 0 outside ``stat_rows``. With ``stat_rows = ~unscorable_rows(...)`` each equals
-# TRL 1.16's own computation bit for bit.
+# The row plan: one decision per generation batch
 # --------------------------------------------------------------------------------------------------------------
 
-AdvantageEstimator = Callable[..., torch.Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
+class RowRole(IntEnum):
+    """What the loss does with a row. Ordered: a role at or above ``KL_ONLY`` is forwarded in the loss."""
 
-def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    def register(fn: AdvantageEstimator) -> AdvantageEstimator:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return register
-
-
-def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"Unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}.")
-    return ADVANTAGE_ESTIMATORS[name]
-
-
-def _finish(advantages: torch.Tensor, stat_rows: torch.Tensor) -> torch.Tensor:
-    return torch.nan_to_num(advantages, nan=0.0).masked_fill(~stat_rows, 0.0)
-
-
-@register_advantage_estimator("grpo")
-def grpo_advantages(
-    rewards_per_func: torch.Tensor,
-    reward_weights: torch.Tensor,
-    num_generations: int,
-    stat_rows: torch.Tensor,
-    scale_rewards: str = "group",
-    multi_objective_aggregation: str = "sum_then_normalize",
-) -> torch.Tensor:
-    """GRPO advantages (follows ``GRPOTrainer._generate_and_score_completions``, TRL 1.16) over ``stat_rows`` only.
-
-    Rows outside ``stat_rows`` are NaN before any statistic, so they leave every group mean and std, the batch std
-    of ``scale_rewards="batch"`` and the per-function statistics of ``normalize_then_sum``.
-    """
-    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
-    n = num_generations
-    if multi_objective_aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * weights).nansum(dim=1).masked_fill(~stat_rows, float("nan"))
-        mean = expand_groups(torch.nanmean(grouped(rewards, n), dim=1), n)
-        if scale_rewards in ("group", "none"):
-            std = expand_groups(nanstd(grouped(rewards, n), dim=1), n) if n > 1 else torch.zeros_like(rewards)
-        elif scale_rewards == "batch":
-            std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-        else:
-            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
-        advantages = rewards - mean
-        if scale_rewards != "none":
-            advantages = advantages / (std + STD_EPS)
-    elif multi_objective_aggregation == "normalize_then_sum":
-        per_func = grouped(rewards_per_func.masked_fill(~stat_rows.unsqueeze(1), float("nan")), n)
-        mean_k = torch.nanmean(per_func, dim=1, keepdim=True)
-        std_k = nanstd(per_func, dim=1).unsqueeze(1) if n > 1 else torch.zeros_like(mean_k)
-        normalized = ((per_func - mean_k) / (std_k + STD_EPS)).view(-1, rewards_per_func.shape[1])
-        rewards = (normalized * weights).nansum(dim=1).masked_fill(~stat_rows, float("nan"))
-        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-        advantages = (rewards - torch.nanmean(rewards)) / (std + STD_EPS)
-    else:
-        raise ValueError(
-            "multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum', "
-            f"got {multi_objective_aggregation!r}."
-        )
-    return _finish(advantages, stat_rows)
-
-
-@register_advantage_estimator("rloo")
-def rloo_advantages(
-    rewards_per_func: torch.Tensor,
-    reward_weights: torch.Tensor,
-    num_generations: int,
-    stat_rows: torch.Tensor,
-    kl_penalty: torch.Tensor | None = None,
-    normalize_advantages: bool = False,
-    reward_clip_range: tuple[float, float] | None = None,
-) -> torch.Tensor:
-    """RLOO advantages (follows ``RLOOTrainer._generate_and_score_completions``, TRL 1.16) over ``stat_rows`` only.
-
-    ``kl_penalty`` is ``beta * KL`` per row, ``(N,)``, subtracted from the reward before the leave-one-out baseline.
-    Each row's baseline is the mean over the other ``stat_rows`` of its group; ``normalize_advantages`` takes its
-    batch mean and std over ``stat_rows`` only.
-    """
-    rewards = weighted_task_reward(rewards_per_func, reward_weights)
-    if reward_clip_range:
-        rewards = rewards.clamp(min=reward_clip_range[0], max=reward_clip_range[1])
-    if kl_penalty is not None:
-        rewards = rewards - kl_penalty
-    rewards = rewards.masked_fill(~stat_rows, float("nan"))
-    if num_generations > 1:
-        group_rewards = grouped(rewards, num_generations)
-        counts = (~torch.isnan(group_rewards)).sum(dim=1, keepdim=True)
-        sums = torch.nansum(group_rewards, dim=1, keepdim=True)
-        baselines = ((sums - group_rewards) / (counts - 1)).view(-1)
-        advantages = rewards - baselines
-    else:
-        advantages = torch.zeros_like(rewards)
-    if normalize_advantages:
-        advantages = (advantages - torch.nanmean(advantages)) / (nanstd(advantages) + STD_EPS)
-    return _finish(advantages, stat_rows)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Row masks
-# --------------------------------------------------------------------------------------------------------------
+    OUT = 0  # masked by this package: no term at all; a placeholder under "keep", dropped under "exclude"
+    TRL_MASKED = 1  # masked by TRL itself (truncated): no term, and TRL's normalisers as TRL has them
+    KL_ONLY = 2  # a zero-variance row that keeps its KL term (zero_std_kl), and only it
+    TRAIN = 3  # trains: policy term, KL term, entropy bonus
 
 
 @dataclass(frozen=True)
-class RowMasks:
-    """Why each row of the gathered batch is masked, and what enters the statistics. All ``(N,)`` bool."""
+class RowPlan:
+    """Why each row of a gathered batch is masked and what every later step reads from it.
 
-    reasons: dict[str, torch.Tensor]  # one entry per MASK_REASONS
-    zero_std_groups: torch.Tensor  # (N // G,)
-    trainable: torch.Tensor  # rows that keep their loss tokens and advantage
-    stat_rows: torch.Tensor  # rows allowed into the statistics other rows' advantages come from
+    ``reasons`` maps each of ``MASK_REASONS`` to an ``(N,)`` bool mask; ``role`` is ``(N,)`` ``RowRole`` values;
+    ``stat_rows`` ``(N,)`` bool are the rows allowed into any statistic (group mean and std, leave-one-out baseline,
+    batch std) that other rows' advantages come from: a row outside it gets advantage exactly 0. ``zero_std_groups``,
+    ``low_tied_groups`` and ``high_tied_groups`` are ``(N // G,)`` bool.
+    """
+
+    reasons: Mapping[str, torch.Tensor]
+    role: torch.Tensor
+    stat_rows: torch.Tensor
+    zero_std_groups: torch.Tensor
+    low_tied_groups: torch.Tensor
+    high_tied_groups: torch.Tensor
+
+    @property
+    def trainable(self) -> torch.Tensor:
+        return self.role == RowRole.TRAIN
 
     @property
     def masked(self) -> torch.Tensor:
-        return ~self.trainable
+        return self.role != RowRole.TRAIN
+
+    @property
+    def forwarded(self) -> torch.Tensor:
+        """Rows whose log-probs the loss reads (the policy's, the reference's, the old policy's)."""
+        return self.role >= RowRole.KL_ONLY
 
 
-def decide_row_masks(
+def decide_row_plan(
     task_rewards: torch.Tensor,
     num_generations: int,
     *,
@@ -222,73 +176,112 @@ def decide_row_masks(
     mask_zero_std_groups: bool = True,
     zero_std_atol: float = 1e-6,
     exclude_masked_from_baseline: bool = True,
-) -> RowMasks:
+    zero_std_kl: str = "mask",
+    reward_range: tuple[float, float] | None = None,
+) -> RowPlan:
     """Apply the one rule (SEMANTICS.md) to a gathered batch.
 
-    Rows that are truncated, unscorable or rejected are invalid. A group is zero-variance over its valid rows
-    (``zero_std_groups``); its valid rows are masked with reason ``zero_std``. ``stat_rows`` are the trainable rows
-    when ``exclude_masked_from_baseline``, else every scorable row (TRL's own statistics).
+    Truncated, unscorable and rejected rows are invalid. A group is zero-variance over its valid rows; its valid
+    rows are masked with reason ``zero_std``. ``zero_std_kl`` keeps the KL term of the zero-variance rows tied at the
+    low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them.
+    ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
+    statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``).
     """
+    if zero_std_kl not in ZERO_STD_KL_MODES:
+        raise ValueError(f"zero_std_kl must be one of {ZERO_STD_KL_MODES}, got {zero_std_kl!r}.")
     invalid = truncated | unscorable | rejected
+    valid = ~invalid
     if mask_zero_std_groups:
-        zero_groups = zero_std_groups(task_rewards, ~invalid, num_generations, zero_std_atol)
+        zero_groups = zero_std_groups(task_rewards, valid, num_generations, zero_std_atol)
     else:
-        zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=invalid.device)
-    zero_std = expand_groups(zero_groups, num_generations) & ~invalid
-    trainable = ~(invalid | zero_std)
-    stat_rows = trainable if exclude_masked_from_baseline else ~unscorable
-    reasons = {"zero_std": zero_std, "truncated": truncated, "unscorable": unscorable, "rejected": rejected}
-    return RowMasks(reasons=reasons, zero_std_groups=zero_groups, trainable=trainable, stat_rows=stat_rows)
+        zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=valid.device)
+    low, high = reward_range if reward_range is not None else (None, None)
+    low_tied = zero_groups & tied_groups(task_rewards, valid, num_generations, zero_std_atol, low)
+    high_tied = zero_groups & ~low_tied & tied_groups(task_rewards, valid, num_generations, zero_std_atol, high)
+    zero_std = expand_groups(zero_groups, num_generations) & valid
+
+    role = torch.full_like(task_rewards, RowRole.TRAIN, dtype=torch.long)
+    keeps_kl = {"mask": torch.zeros_like(zero_groups), "keep_failed": low_tied, "keep": zero_groups}[zero_std_kl]
+    role[zero_std] = RowRole.OUT
+    role[zero_std & expand_groups(keeps_kl, num_generations)] = RowRole.KL_ONLY
+    role[unscorable | rejected] = RowRole.OUT
+    role[truncated] = RowRole.TRL_MASKED
+    trainable = role == RowRole.TRAIN
+    return RowPlan(
+        reasons={"zero_std": zero_std, "truncated": truncated, "unscorable": unscorable, "rejected": rejected},
+        role=role,
+        stat_rows=trainable if exclude_masked_from_baseline else ~unscorable,
+        zero_std_groups=zero_groups,
+        low_tied_groups=low_tied,
+        high_tied_groups=high_tied,
+    )
 
 
-def truncated_rows(completion_ids: torch.Tensor, completion_mask: torch.Tensor, pad_token_id: int) -> torch.Tensor:
-    """``(B,)`` bool: rows that TRL's ``mask_truncated_completions`` zeroed (tokens present, loss mask all zero)."""
-    return (completion_mask.sum(dim=1) == 0) & (completion_ids != pad_token_id).any(dim=1)
+def widen_reward_range(
+    reward_range: tuple[float, float] | None, task_rewards: torch.Tensor, valid_rows: torch.Tensor
+) -> tuple[float, float] | None:
+    """The lowest and highest valid task reward seen so far, ``reward_range`` widened by this batch's."""
+    values = task_rewards[valid_rows & ~torch.isnan(task_rewards)]
+    if values.numel() == 0:
+        return reward_range
+    low, high = values.min().item(), values.max().item()
+    if reward_range is None:
+        return low, high
+    return min(reward_range[0], low), max(reward_range[1], high)
 
 
-def rejected_rows(importance_sampling_ratio: torch.Tensor | None, mode: str | None, batch_size: int) -> torch.Tensor:
-    """``(B,)`` bool: rows that vLLM importance sampling in ``mode="sequence_mask"`` rejected (ratio ``(B, 1)`` 0).
+# --------------------------------------------------------------------------------------------------------------
+# Which rows each forward reads
+# --------------------------------------------------------------------------------------------------------------
 
-    Other modes truncate or mask tokens and reject no whole row; the shape alone cannot tell a sequence ratio from a
-    token ratio of a one-token completion, hence ``mode``.
+
+def forward_rows(needed: torch.Tensor, rank: int) -> torch.Tensor | None:
+    """This rank's rows for a scoring forward, from the gathered ``(world_size, B)`` bool ``needed``.
+
+    Every rank forwards as many rows, the most needed rows any rank has (at least one): TRL chunks the forward by a
+    fixed batch size, so every rank makes the same number of model calls (DDP, ZeRO-3/FSDP gathers). A rank with
+    fewer pads with rows it does not need. Returns ``(R,)`` row indices, or None when the rank forwards every row.
     """
-    if importance_sampling_ratio is None or mode != "sequence_mask":
-        return torch.zeros(batch_size, dtype=torch.bool)
-    return importance_sampling_ratio.view(-1) == 0
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Loss rows
-# --------------------------------------------------------------------------------------------------------------
+    count = max(int(needed.sum(dim=1).max()), 1)
+    if count == needed.shape[1]:
+        return None
+    return torch.argsort((~needed[rank]).int(), stable=True)[:count]
 
 
 @dataclass(frozen=True)
 class LossRows:
-    """Which rows of a micro-batch the loss sees, and which of those train.
+    """Which rows of a micro-batch TRL's loss sees and which it forwards.
 
-    ``kept``: indices into the micro-batch of the rows handed to the loss (the others are dropped: they leave
-    every normaliser). ``active``: positions within ``kept`` of rows with an active loss token. The other kept rows
-    are placeholders: zero contribution and zero gradient, yet counted by the row and token normalisers.
+    ``kept``: indices into the micro-batch of the rows handed to the loss (the others leave every normaliser).
+    ``role``: their ``RowRole`` values. Rows below ``KL_ONLY`` are placeholders: constant log-probs, zero loss and
+    gradient, yet counted by the row normalisers.
     """
 
     kept: torch.Tensor
-    active: torch.Tensor
+    role: torch.Tensor
+
+    @property
+    def forwarded(self) -> torch.Tensor:
+        """Positions within ``kept`` of the rows whose log-probs the loss reads."""
+        return (self.role >= RowRole.KL_ONLY).nonzero(as_tuple=True)[0]
+
+    @property
+    def policy(self) -> torch.Tensor:
+        """``(len(kept),)`` bool: rows with a policy term, the only ones TRL's token statistics may read (rule 3)."""
+        return self.role == RowRole.TRAIN
 
 
-def plan_loss_rows(loss_mask: torch.Tensor, base_loss_mask: torch.Tensor, normalization: str) -> LossRows:
-    """Plan the loss micro-batch from the ``(B, T)`` loss mask after and before this package's masking.
+def plan_loss_rows(role: torch.Tensor, normalization: str) -> LossRows:
+    """Plan the loss micro-batch from the ``(B,)`` row roles.
 
-    ``"keep"`` keeps every row so each normaliser is the base trainer's. ``"exclude"`` drops the rows this package
-    masked (tokens before, none after); rows TRL masks itself (truncated) stay, as in TRL. At least one row is
-    always kept so every rank runs the same forward and collectives.
+    ``"keep"`` keeps every row, so each normaliser is the base trainer's. ``"exclude"`` drops the rows this package
+    masked (``RowRole.OUT``); rows TRL masks itself stay, as in TRL. At least one row is always kept, so every rank
+    runs the same forward and collectives.
     """
     if normalization not in ("keep", "exclude"):
         raise ValueError(f"zero_std_normalization must be 'keep' or 'exclude', got {normalization!r}.")
-    active = loss_mask.sum(dim=1) > 0
-    keep = torch.ones_like(active)
-    if normalization == "exclude":
-        keep = active | (base_loss_mask.sum(dim=1) == 0)
-        if not keep.any():
-            keep[0] = True
+    keep = torch.ones_like(role, dtype=torch.bool) if normalization == "keep" else role != RowRole.OUT
+    if not keep.any():
+        keep[0] = True
     kept = keep.nonzero(as_tuple=True)[0]
-    return LossRows(kept=kept, active=active[kept].nonzero(as_tuple=True)[0])
+    return LossRows(kept=kept, role=role[kept])

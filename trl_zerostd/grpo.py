@@ -3,51 +3,78 @@
 from __future__ import annotations
 
 import torch
+from accelerate.utils import gather
 from trl import GRPOTrainer
 
 from . import core
-from ._masking import RowMaskingMixin
+from ._adapter import GenerationBatch, RowPlanMixin
+from ._loss import LossCall
 
 
-class ZeroStdGRPOTrainer(RowMaskingMixin, GRPOTrainer):
+class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
     """Drop-in for ``trl.GRPOTrainer`` (same constructor). In training mode only, the rows of zero-variance groups
     and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask and exactly zero gradient, KL term
-    included, and leave the statistics of the other rows' advantages. Eval is TRL's, bit for bit."""
+    included (unless ``zero_std_kl`` keeps it), and leave the statistics of the other rows' advantages and TRL's
+    token statistics. Eval is TRL's, bit for bit."""
 
-    def _token_mean_metrics(self) -> tuple[str, ...]:
-        # Placeholders have KL 0, entropy 0, ratio 1 and advantage 0 (never clipped). TRL's clip ratios are token
-        # means only at token-level importance sampling (row means otherwise).
-        clip_ratios = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio")
-        return ("kl", "entropy", *(clip_ratios if self.importance_sampling_level == "token" else ()))
+    advantage_estimator = "grpo"
+    trainer_kind = "grpo"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._init_row_masking()
+        self._init_row_plan()
 
-    def _row_advantages(self, rewards_per_func: torch.Tensor, stat_rows: torch.Tensor) -> torch.Tensor:
-        return core.grpo_advantages(
-            rewards_per_func,
-            self.reward_weights,
-            self.num_generations,
-            stat_rows,
-            scale_rewards=self.scale_rewards,
-            multi_objective_aggregation=self.multi_objective_aggregation,
-        )
-
-    def _generation_outputs(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
+    def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         # GRPOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, tool_mask, completions,
         # sampling_per_token_logps, extra_fields, images, tool_images)
         return generated[1], generated[3], generated[5]
 
-    def _skips_scoring_forward(self, call: int) -> bool:
-        # Under vLLM importance-sampling correction TRL's first scoring forward gives the old log-probs the ratio is
-        # computed from, and a row's ratio can reject it: forward every row there (rejection is decided after it).
-        return call > 0 or not (self.use_vllm and self.vllm_importance_sampling_correction)
+    def _advantage_options(self, batch: GenerationBatch) -> dict:
+        return {"scale_rewards": self.scale_rewards, "multi_objective_aggregation": self.multi_objective_aggregation}
 
-    def _placeholder_inputs(self, inputs: dict, placeholders: torch.Tensor, base_loss_mask: torch.Tensor) -> dict:
-        # TRL's token normalisers (bnpo, entropy bonus) read the loss mask: give placeholders their base tokens back.
-        rows = placeholders.unsqueeze(1)
-        inputs["completion_mask"] = torch.where(rows, base_loss_mask, inputs["completion_mask"])
-        if inputs.get("tool_mask") is not None:
-            inputs["tool_mask"] = torch.where(rows, torch.ones_like(inputs["tool_mask"]), inputs["tool_mask"])
+    def _rejection_mode(self) -> bool:
+        # Under vLLM importance-sampling correction the old-policy forward gives the ratio (and its logged
+        # statistics) TRL computes from every row, and in "sequence_mask" mode that ratio can reject a row.
+        return bool(self.use_vllm and self.vllm_importance_sampling_correction)
+
+    def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
+        rejected = torch.zeros(len(old_logps), dtype=torch.bool, device=old_logps.device)
+        if self.vllm_importance_sampling_mode == "sequence_mask":
+            _, _, tool_mask, _, sampling_logps, *_ = batch.generated
+            mask = completion_mask if tool_mask is None else completion_mask * padded(tool_mask, old_logps, 1.0)
+            rejected = core.rejected_rows(
+                old_logps,
+                padded(sampling_logps, old_logps, 0.0),
+                mask,
+                self.vllm_importance_sampling_clip_min,
+                self.vllm_importance_sampling_clip_max,
+            )
+        return gather(rejected)
+
+    def _loss_inputs(self, inputs: dict, call: LossCall, base_loss_mask: torch.Tensor) -> dict:
+        role = call.rows.role.to(base_loss_mask.device).unsqueeze(1)
+        if inputs.get("ref_per_token_logps") is not None:  # KL exactly 0 on the rows not forwarded
+            inputs["ref_per_token_logps"] = torch.where(
+                role < core.RowRole.KL_ONLY, call.fill_logps, inputs["ref_per_token_logps"]
+            )
+        if self.loss_type == "bnpo" and self.masking.zero_std_normalization == "keep":
+            # bnpo's normaliser counts the micro-batch's loss-mask tokens: give our masked rows theirs back
+            out = role == core.RowRole.OUT
+            inputs["completion_mask"] = torch.where(out, base_loss_mask, inputs["completion_mask"])
+            if inputs.get("tool_mask") is not None:
+                inputs["tool_mask"] = torch.where(out, torch.ones_like(inputs["tool_mask"]), inputs["tool_mask"])
         return inputs
+
+    def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+        # follows GRPOTrainer.get_high_entropy_mask (TRL 1.16): the quantile over the rows with a policy term (rule 3)
+        if self._loss_call is not None:
+            mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)
+        return super().get_high_entropy_mask(entropies, mask, threshold)
+
+
+def padded(rows: list[list[float | None]], like: torch.Tensor, value: float) -> torch.Tensor:
+    """Per-row lists right-padded with ``value`` to ``like``'s ``(B, T)`` shape; None becomes NaN (as in TRL)."""
+    out = torch.full_like(like, value)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor([float("nan") if x is None else x for x in row], dtype=like.dtype)
+    return out

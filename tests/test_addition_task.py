@@ -1,10 +1,9 @@
 """The embedded task: the verifier reward, the dataset and the warm start."""
 
 import pytest
-
-from trl_zerostd.cli import torch_threads
-from trl_zerostd.tiny import build_model
-from trl_zerostd.toytask import addition_dataset, correct_sum_reward, mean_reward, warm_start
+from addition_task import addition_dataset, correct_sum_reward, mean_reward, warm_start
+from tiny_model import build_model
+from train_cli import torch_threads
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,14 @@ from conftest import (
     move_policy_away,
     rows_of,
     stub_generation,
+    stub_rollout,
     table_reward,
     train_batch,
 )
 from peft import LoraConfig
+from skip_compute import ForwardCounter
 
-from trl_zerostd._masking import SETTINGS_FILE, rows_to_forward
-from trl_zerostd.benchmark import ForwardCounter
+from trl_zerostd._run_state import STATE_FILE
 
 
 def micro_batches(trainer, prompts, completions, steps):
@@ -153,8 +154,8 @@ def test_resume_restores_the_package_settings(make_trainer):
     )
     trainer.train()
     checkpoint = f"{trainer.args.output_dir}/checkpoint-1"
-    with open(f"{checkpoint}/{SETTINGS_FILE}") as f:
-        assert json.load(f)["zero_std_normalization"] == "exclude"
+    with open(f"{checkpoint}/{STATE_FILE}") as f:
+        assert json.load(f)["settings"]["zero_std_normalization"] == "exclude"
     resumed = make_trainer(max_steps=3)
     assert resumed.masking.zero_std_normalization == "keep"
     resumed.train(resume_from_checkpoint=checkpoint)
@@ -271,15 +272,6 @@ def test_rloo_forwards_the_masked_rows_its_statistics_keep(make_trainer):
         assert torch.equal(batches[True][key], batches[False][key]), key
 
 
-def test_rows_to_forward_match_across_ranks():
-    """Every rank forwards as many rows (the most any rank keeps, at least one), its kept rows first."""
-    skippable = torch.tensor([[True, True, True, True], [False, True, False, True]])
-    assert rows_to_forward(skippable, 0).tolist() == [0, 1]
-    assert rows_to_forward(skippable, 1).tolist() == [0, 2]
-    assert rows_to_forward(torch.ones(2, 4, dtype=torch.bool), 1).tolist() == [0]
-    assert rows_to_forward(torch.tensor([[True, False], [False, False]]), 0) is None
-
-
 def test_vllm_importance_sampling_keeps_the_old_forward_whole(make_trainer):
     """Under vLLM importance-sampling correction the old-policy forward gives the ratio that may reject a row, so it
     forwards every row; the reference forward still skips. (vLLM itself is not needed: its sampling log-probs are
@@ -288,15 +280,7 @@ def test_vllm_importance_sampling_keeps_the_old_forward_whole(make_trainer):
     for skip in (True, False):
         trainer = make_trainer(skip_masked_rows=skip, beta=0.1, vllm_importance_sampling_mode="sequence_mask")
         trainer.use_vllm = True
-        stub_generation(trainer, TIED + INFORMATIVE)
-        stubbed = trainer._generate
-
-        def generate(prompts, _stubbed=stubbed):
-            prompt_ids, completion_ids, *rest = _stubbed(prompts)
-            rest[2] = [[-1.0] * len(ids) for ids in completion_ids]  # sampling_per_token_logps
-            return (prompt_ids, completion_ids, *rest)
-
-        trainer._generate = generate
+        stub_generation(trainer, TIED + INFORMATIVE, logprobs=lambda row, ids: [-1.0] * len(ids))
         policy, reference = ForwardCounter(trainer.model), ForwardCounter(trainer.ref_model)
         policy.counting = reference.counting = True
         trainer.model.train()
@@ -342,16 +326,11 @@ def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind)
     for ours in (False, True):
         calls[ours] = []
         trainer = make_trainer(kind, ours=ours, reward_funcs=recording_reward(calls[ours]), **SCORING_CONFIG[kind])
-        stub_generation(trainer, TIED + INFORMATIVE)
         if kind == "grpo":  # a rollout_func's extra fields: one value per row, or one for all rows
-            stubbed = trainer._generate
-
-            def generate(prompts, _stubbed=stubbed):
-                *head, _, images, tool_images = _stubbed(prompts)
-                extra_fields = {"turns": list(range(len(prompts))), "env": "calc"}
-                return (*head, extra_fields, images, tool_images)
-
-            trainer._generate = generate
+            extra = lambda prompts: {"turns": list(range(len(prompts))), "env": "calc"}
+            stub_rollout(trainer, TIED + INFORMATIVE, extra_fields=extra)
+        else:
+            stub_generation(trainer, TIED + INFORMATIVE)
         trainer.model.train()
         rows = [{"prompt": p, "answer": str(sum(map(int, p.rstrip("=").split("+"))))} for p in MIXED_PROMPTS]
         trainer._generate_and_score_completions([dict(row) for row in rows for _ in range(4)])
@@ -364,14 +343,15 @@ def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind)
 
 
 @pytest.mark.parametrize("skip", [True, False])
-def test_rewards_are_scored_before_the_forwards_only_when_skipping(make_trainer, skip):
-    """skip_masked_rows=False keeps TRL's order (forwards, then rewards)."""
+def test_rewards_are_scored_right_after_generation(make_trainer, skip):
+    """The plan is decided once, right after generation and scoring: the rewards come before TRL's scoring
+    forwards, whether those skip masked rows or not."""
     events = []
     trainer = make_trainer(reward_funcs=recording_reward([], events), skip_masked_rows=skip, **SCORING_CONFIG["grpo"])
     trainer.model.register_forward_pre_hook(lambda *_: events.append("forward"))
     trainer.ref_model.register_forward_pre_hook(lambda *_: events.append("forward"))
     train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
-    assert events == (["reward", "forward", "forward"] if skip else ["forward", "forward", "reward"])
+    assert events == ["reward", "forward", "forward"]
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

@@ -1,10 +1,10 @@
-"""Command-line plumbing shared by ``scripts/train_grpo.py`` and ``scripts/train_rloo.py``.
+"""Command-line plumbing shared by ``examples/train_grpo.py`` and ``examples/train_rloo.py``.
 
 ``run(trainer_cls, config_cls)`` parses ``ScriptArguments``, the trainer's config and ``trl.ModelConfig``, builds
 model, tokenizer, dataset and reward functions, trains, then writes to ``output_dir``: the model,
 ``metrics.json`` (``trainer.state.log_history``) and ``metrics.png`` (reward, KL, masked group fraction and grad
-norm per step). With no argument it fine-tunes the embedded default: the tiny local model (``tiny.py``), warm
-started on the addition task (``toytask.py``). The parser's defaults (``TINY_DEFAULTS``) are tuned for that run;
+norm per step). With no argument it fine-tunes the embedded default: the tiny local model (``tiny_model.py``), warm
+started on the addition task (``addition_task.py``). The parser's defaults (``TINY_DEFAULTS``) are tuned for that run;
 set learning rate, lengths and batch sizes yourself for a real ``--model_name_or_path``.
 """
 
@@ -17,13 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import addition_task
 import torch
 from datasets import Dataset, load_dataset
+from tiny_model import build_model, build_tokenizer
+from transformers.trainer_callback import ProgressCallback
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
-from . import toytask
-from .config import ZERO_STD_FIELDS
-from .tiny import build_model, build_tokenizer
+from trl_zerostd.config import ZERO_STD_FIELDS
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # panel title -> the logged keys it shows, first found (TRL's base trainer logs no zero_std/ metric)
@@ -36,6 +37,12 @@ PLOTTED_METRICS = {
 LOG_SCALE_PANELS = ("kl", "grad_norm")  # occasional spikes would flatten the rest
 SMOOTHING = 10  # logged steps in the plots' moving average
 SUMMARY_WINDOW = 10  # logged steps averaged at each end of the run for the reward summary
+PRINTED_METRICS = {
+    "reward": "reward",
+    "kl": "kl",
+    "zero_std/masked_group_frac": "zero-var groups",
+    "grad_norm": "grad",
+}
 
 TINY_DEFAULTS = {
     "num_generations": 8,
@@ -84,7 +91,7 @@ class ScriptArguments:
         },
     )
     reward_funcs: list[str] = field(
-        default_factory=lambda: ["trl_zerostd.toytask.correct_sum_reward"],
+        default_factory=lambda: ["addition_task.correct_sum_reward"],
         metadata={
             "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
             "(e.g. accuracy_reward). The default scores the first number of a completion against the dataset's "
@@ -92,6 +99,10 @@ class ScriptArguments:
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
+    print_every: int = field(
+        default=25,
+        metadata={"help": "Print one line of the main metrics every this many logged steps (the bar shows reward)."},
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={
@@ -144,6 +155,8 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(MetricsProgress(script_args.print_every))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
 
@@ -156,6 +169,30 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         print(f"Model, metrics.json{' and metrics.png' if script_args.plot else ''} saved to {output_dir}.")
         print(reward_summary(history))
     return trainer
+
+
+class MetricsProgress(ProgressCallback):
+    """TRL's progress bar with the reward beside it, and one short line of the main metrics every ``print_every``
+    logged steps instead of the whole metric dict at every step."""
+
+    def __init__(self, print_every: int):
+        super().__init__()
+        self.print_every = max(print_every, 1)
+        self.logged = 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None or not logs:
+            return
+        if "reward" in logs:
+            self.training_bar.set_postfix(reward=f"{logs['reward']:.3f}", refresh=False)
+            self.logged += 1
+        if self.logged % self.print_every == 0 or "train_runtime" in logs:
+            shown = {name: logs[key] for key, name in PRINTED_METRICS.items() if isinstance(logs.get(key), float)}
+            if "train_runtime" in logs:
+                shown = {"runtime (s)": logs["train_runtime"], "mean loss": logs.get("train_loss", float("nan"))}
+            self.training_bar.write(
+                f"step {state.global_step}: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items())
+            )
 
 
 @contextmanager
@@ -174,7 +211,7 @@ def load_train_dataset(script_args: ScriptArguments, seed: int) -> Dataset:
     """The embedded addition dataset, a local data file, or a hub dataset; it must have a "prompt" column."""
     name = script_args.dataset_name
     if name is None:
-        return toytask.addition_dataset(script_args.num_prompts, seed=seed)
+        return addition_task.addition_dataset(script_args.num_prompts, seed=seed)
     builder = DATA_FILE_BUILDERS.get(Path(name).suffix.lower())
     if builder is not None:
         if not os.path.isfile(name):
@@ -200,8 +237,10 @@ def prepare_tiny_model(path: Path, script_args: ScriptArguments, training_args) 
         if training_args.process_index == 0:
             tokenizer = build_tokenizer()
             model = build_model(tokenizer, seed=training_args.seed)
-            dataset = toytask.addition_dataset(script_args.num_prompts, seed=training_args.seed)
-            toytask.warm_start(model, tokenizer, dataset, steps=script_args.warm_start_steps, seed=training_args.seed)
+            dataset = addition_task.addition_dataset(script_args.num_prompts, seed=training_args.seed)
+            addition_task.warm_start(
+                model, tokenizer, dataset, steps=script_args.warm_start_steps, seed=training_args.seed
+            )
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
     return str(path)

@@ -2,7 +2,7 @@
 
 import json
 
-from trl_zerostd.benchmark import BenchArguments, format_table, run_benchmark, zero_variance_batch
+from skip_compute import BenchArguments, format_table, run_benchmark, zero_variance_batch
 
 REQUIRED_KEYS = {
     "f",

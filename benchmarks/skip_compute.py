@@ -1,5 +1,9 @@
-"""Base ``GRPOTrainer`` against ``ZeroStdGRPOTrainer`` on identical stubbed batches, one run, several fractions f
-of zero-variance groups. Used by ``scripts/bench.py``.
+"""Masked rows cost no compute: base ``GRPOTrainer`` against ``ZeroStdGRPOTrainer`` on identical stubbed batches, in
+one run, at several fractions f of zero-variance groups.
+
+    python benchmarks/skip_compute.py --json docs/bench.json --plot docs/bench.png
+    python benchmarks/skip_compute.py --fractions 0 0.5 --repeats 3               # quicker
+    python benchmarks/skip_compute.py --model_name_or_path Qwen/Qwen2.5-0.5B      # a real model (hub or local path)
 
 Per f and repeat both trainers score the same batch (generation is stubbed, so scoring is the rewards and the
 reference forward) and take one policy update (loss forward + backward). Reported per f, as medians over repeats:
@@ -14,18 +18,22 @@ import json
 import random
 import statistics
 import string
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from datasets import Dataset
 from tqdm.auto import tqdm
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer, TrlParser
 
-from . import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
-from .tiny import build_tokenizer, save_tiny_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from tiny_model import build_tokenizer, save_tiny_model
+
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 
 @dataclass
@@ -142,17 +150,11 @@ def make_trainers(args: BenchArguments, model_path: str, tokenizer, output_dir: 
 
 
 def stub_generate(trainer, completions: list[str]):
-    """Make ``trainer._generate`` return exactly ``completions`` (each ends with EOS)."""
+    """Make the trainer's token generation (TRL's ``_generate_single_turn``) return exactly ``completions`` (each
+    ends with EOS); TRL's own ``_generate`` still decodes and logs them."""
     tokenizer = trainer.processing_class
-
-    def generate(prompts):
-        prompt_ids = [tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
-        completion_ids = [
-            tokenizer(c, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for c in completions
-        ]
-        return prompt_ids, completion_ids, None, completions, None, {}, None, []
-
-    trainer._generate = generate
+    completion_ids = [tokenizer(c, add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for c in completions]
+    trainer._generate_single_turn = lambda prompt_ids, *args, **kwargs: (completion_ids, None)
 
 
 def timed_step(trainer, rows, counter: ForwardCounter) -> dict:
@@ -274,3 +276,8 @@ def format_table(table: list[dict]) -> str:
             f"| {row['tokens_forwarded_ours']} / {row['tokens_forwarded_base']} | {row['peak_mem_ratio']:.3f} |"
         )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    (bench_args,) = TrlParser((BenchArguments,)).parse_args_and_config()
+    print(format_table(run_benchmark(bench_args)))

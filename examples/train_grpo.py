@@ -3,18 +3,19 @@
 With no argument it trains the embedded default (a tiny local model, warm started on single-digit addition, on
 CPU in a few minutes) and writes the model, metrics.json and metrics.png to outputs/grpo-tiny:
 
-    python scripts/train_grpo.py
-    python scripts/train_grpo.py --max_steps 100 --zero_std_normalization exclude
-    accelerate launch scripts/train_grpo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \\
+    python examples/train_grpo.py
+    python examples/train_grpo.py --max_steps 100 --zero_std_normalization exclude
+    accelerate launch examples/train_grpo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \\
         --dataset_name trl-lib/DeepMath-103K --reward_funcs accuracy_reward --learning_rate 1e-6 \\
         --max_completion_length 512 --per_device_train_batch_size 8 --output_dir outputs/grpo-qwen
 
-Every field of ZeroStdGRPOConfig, trl.ModelConfig and trl_zerostd.cli.ScriptArguments is a flag (--help lists
+Every field of ZeroStdGRPOConfig, trl.ModelConfig and train_cli.ScriptArguments is a flag (--help lists
 them); --config file.yaml sets them from a file.
 """
 
+from train_cli import run
+
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
-from trl_zerostd.cli import run
 
 if __name__ == "__main__":
     run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, output_dir="outputs/grpo-tiny")

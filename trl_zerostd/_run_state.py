@@ -1,0 +1,87 @@
+"""What the package logs and keeps across a run: plan metrics, the stall warning, and checkpointed state.
+
+Metrics go through TRL's own metric store (``self._metrics["train"]``), so every tracker TRL reports to gets them.
+A checkpoint carries ``trl_zerostd.json``: the package's settings (resuming restores them) and its running state
+(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from . import core
+from .config import ZeroStdArguments
+
+STATE_FILE = "trl_zerostd.json"
+
+logger = logging.getLogger("trl_zerostd")
+
+
+class RunStateMixin:
+    """Needs ``masking``, ``reward_range`` and ``stall_monitor`` (set by ``RowPlanMixin._init_row_plan``)."""
+
+    def _log_plan(self, plan: core.RowPlan, row_tokens: torch.Tensor) -> None:
+        """Train metrics of one generation batch; ``row_tokens`` ``(N,)`` are TRL's loss tokens per row."""
+        metrics = self._metrics["train"]
+        low_tied = plan.low_tied_groups.float().mean().item()
+        metrics["zero_std/masked_group_frac"].append(plan.zero_std_groups.float().mean().item())
+        metrics["zero_std/all_low_group_frac"].append(low_tied)
+        metrics["zero_std/all_high_group_frac"].append(plan.high_tied_groups.float().mean().item())
+        zero_std_tokens = (row_tokens * plan.reasons["zero_std"]).sum()
+        metrics["zero_std/masked_token_frac"].append((zero_std_tokens / row_tokens.sum().clamp(min=1)).item())
+        if self.masking.zero_std_kl != "mask":
+            metrics["zero_std/kl_kept_row_frac"].append((plan.role == core.RowRole.KL_ONLY).float().mean().item())
+        for reason in core.MASK_REASONS:
+            metrics[f"masked/row_frac/{reason}"].append(plan.reasons[reason].float().mean().item())
+        self._warn_once(self.stall_monitor.observe_batch(low_tied))
+
+    def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
+        """The completions table shows the advantages that train: TRL logged its own for the last ``N`` rows."""
+        logged = self._logs["advantages"]
+        for _ in range(len(advantages)):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+    def _warn_once(self, message: str | None) -> None:
+        if message is not None and self.accelerator.is_main_process:
+            logger.warning(message)
+
+    def _save_checkpoint(self, model, trial):
+        # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's settings and state travel with it
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump(self._package_state(), f, indent=2)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, STATE_FILE) if checkpoint else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                self._restore_package_state(json.load(f))
+
+    def _package_state(self) -> dict:
+        return {
+            "settings": asdict(self.masking),
+            "reward_range": self.reward_range,
+            "stall_monitor": self.stall_monitor.state_dict(),
+        }
+
+    def _restore_package_state(self, state: dict) -> None:
+        saved = ZeroStdArguments(**state["settings"])
+        changed = {k: v for k, v in asdict(saved).items() if getattr(self.masking, k) != v}
+        if changed:
+            logger.warning(f"Resuming with the checkpoint's trl_zerostd settings {changed} (the run's differ).")
+        self.masking = saved
+        self.reward_range = tuple(state["reward_range"]) if state["reward_range"] is not None else None
+        self.stall_monitor.load_state_dict(state["stall_monitor"])
