@@ -43,6 +43,80 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+# A tiny vision-language model (LLaVA layout: CLIP vision tower, Qwen2 text model), built locally. The char tokenizer
+# gains an <image> token; the chat template renders image parts as <image>, which the processor expands to the
+# 4 patch tokens of an 8x8 image.
+VLM_CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
+    "{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        Qwen2Config,
+    )
+
+    tokenizer = build_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessorPil(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8}),
+        tokenizer=tokenizer,
+        patch_size=4,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=VLM_CHAT_TEMPLATE,
+    )
+    vision = CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8, patch_size=4
+    )
+    text = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    path = str(tmp_path_factory.mktemp("vlm") / "model")
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_model(tokenizer, tmp_path_factory):
+    """A tiny Qwen2-MoE (4 experts, 2 per token) whose load-balancing auxiliary loss TRL adds to the loss; saved,
+    since TRL loads the reference model from the policy's path."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    config = Qwen2MoeConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, router_aux_loss_coef=0.5,
+        output_router_logits=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("moe") / "model")
+    Qwen2MoeForCausalLM(config).save_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path)
+
+
 @pytest.fixture(scope="session")
 def base_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -55,6 +129,11 @@ def answer_reward(completions, prompts, **kwargs):
         a, b = prompt.rstrip("=").split("+")
         rewards.append(float(completion.strip().startswith(str(int(a) + int(b)))))
     return rewards
+
+
+def constant_reward(completions, **kwargs):
+    """The same reward for every completion: every group is zero-variance."""
+    return [1.0] * len(completions)
 
 
 def table_reward(table):
@@ -86,6 +165,7 @@ def make_trainer(tokenizer, base_model, tmp_path):
             save_strategy="no",
             report_to="none",
             use_cpu=True,
+            bf16=False,  # TRL defaults to bf16 autocast, on CPU too: fp32 keeps the gradient comparisons exact
             seed=0,
             max_steps=1,
         )
@@ -125,7 +205,7 @@ def stub_generation(trainer, completions, logprobs=None):
     """Replace only the token generation of ``trainer`` (TRL's ``_generate_single_turn``): the rows get
     ``completions`` (see ``completion_source``); TRL's own ``_generate`` still tokenizes, decodes and logs. GRPO:
     ``logprobs(row, ids) -> list[float]`` gives the sampling log-probs vLLM would return with them."""
-    tokenizer = trainer.processing_class
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)  # a processor's tokenizer
     source = completion_source(completions)
 
     def generate_single_turn(prompt_ids, *args, **kwargs):

@@ -37,7 +37,7 @@ def main(model_dir, out_dir, kind="grpo"):
     args = config_cls(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4, max_completion_length=6, beta=0.1,
-        max_steps=1, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0,
+        max_steps=1, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
     )  # fmt: skip
     tokenizer = build_tokenizer()
     trainer = trainer_cls(

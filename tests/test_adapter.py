@@ -408,3 +408,32 @@ def test_logged_token_means_cover_the_trained_tokens(make_trainer):
     assert ours._metrics["train"]["clip_ratio/region_mean"][-1] > 0
     for key in keys:
         assert ours._metrics["train"][key][-1] == pytest.approx(base._metrics["train"][key][-1], rel=1e-5), key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a masked row looks like, and zero-weight forwards
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_masked_rows_have_a_zero_tool_mask(make_trainer):
+    """SEMANTICS: a masked row's completion_mask and tool_mask are all zero; a trained row keeps TRL's tool mask."""
+    tool_mask = lambda ids: [1] + [0] * (len(ids) - 1)
+    batch = train_batch(make_trainer(), MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
+    base = train_batch(make_trainer(ours=False), MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
+    assert base["tool_mask"][:4].any() and not base["tool_mask"][4:, 1].any()
+    assert not batch["tool_mask"][:4].any() and not batch["completion_mask"][:4].any()
+    assert torch.equal(batch["tool_mask"][4:], base["tool_mask"][4:])
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+def test_all_masked_batch_gives_a_moe_auxiliary_loss_zero_weight(make_trainer, tiny_moe_model, normalization):
+    """A MoE model's load-balancing loss depends on the tokens forwarded: with every row masked, the one row still
+    forwarded (to keep ranks in step) must add nothing, so the router gets zero gradient too."""
+    trainer = make_trainer(model=tiny_moe_model, beta=0.1, zero_std_normalization=normalization)
+    assert trainer.aux_loss_enabled
+    move_policy_away(trainer.model)
+    loss, grads = loss_and_grads(trainer, train_batch(trainer, ["1+1=", "4+4="], TIED + ["9", "1", "1 a", "0"]))
+    assert loss.item() == 0.0
+    assert_all_zero(grads)
+    _, mixed = loss_and_grads(trainer, train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE))
+    assert grad_norm({k: g for k, g in mixed.items() if "gate" in k}) > 0  # the router trains on trained rows

@@ -7,7 +7,11 @@ from trl_zerostd import ZeroStdGRPOConfig, ZeroStdRLOOConfig
 from trl_zerostd._compat import check_trl_version
 from trl_zerostd.config import masking_settings
 
-CPU = {"report_to": "none", "use_cpu": True}  # TRL configs default to bf16, which needs a GPU
+CPU = {
+    "report_to": "none",
+    "use_cpu": True,
+    "bf16": False,
+}  # fp32 on CPU, as every test trainer (one Accelerator state)
 
 
 @pytest.mark.parametrize("config_cls", [ZeroStdGRPOConfig, ZeroStdRLOOConfig])

@@ -12,6 +12,7 @@ from conftest import (
     answer_or_not,
     assert_all_zero,
     assert_grads_close,
+    constant_reward,
     grad_norm,
     loss_and_grads,
     move_policy_away,
@@ -20,9 +21,10 @@ from conftest import (
     table_reward,
     train_batch,
 )
-from trl import GRPOConfig
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
 
-from trl_zerostd import ZeroStdGRPOTrainer
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 # ---------------------------------------------------------------------------------------------------------------
 # The KL leak
@@ -263,21 +265,28 @@ def test_eval_is_bit_identical(make_trainer, num_generations_eval):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_train_end_to_end_with_real_generation(make_trainer):
-    trainer = make_trainer(max_steps=2, beta=0.04, temperature=1.0)
-    trainer.train()
-    logged = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
-    assert len(logged) == 2
-    for entry in logged:
-        assert 0.0 <= entry["zero_std/masked_group_frac"] <= 1.0
-        assert all(
-            f"masked/row_frac/{reason}" in entry for reason in ("zero_std", "truncated", "unscorable", "rejected")
-        )
+def test_zero_variance_step_leaves_the_parameters_untouched(make_trainer):
+    """A real train() step (real generation, beta > 0, policy moved away from the reference) on a reward that ties
+    every group: TRL's step moves the parameters through the KL term alone; ours leaves every one bit-identical."""
+    moved = {}
+    for ours in (True, False):
+        trainer = make_trainer(ours=ours, beta=0.1, reward_funcs=constant_reward, temperature=1.0)
+        move_policy_away(trainer.model)
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+        trainer.train()
+        moved[ours] = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    assert moved[False]  # TRL: the KL term of the tied groups trains
+    assert moved[True] == []
 
 
 def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_dir):
     args = GRPOConfig(
-        output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none", use_cpu=True
+        output_dir=str(tmp_path),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
     )
     trainer = ZeroStdGRPOTrainer(
         model=tiny_model_dir,
@@ -294,3 +303,221 @@ def test_completions_table_shows_the_advantages_that_train(make_trainer):
     batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
     assert list(trainer._logs["advantages"]) == batch["advantages"].tolist()
     assert batch["advantages"][4] == 0.0  # truncated: TRL itself gives it a non-zero advantage
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Entropy statistics cover the trained rows only (SEMANTICS rule 3)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def recording_entropy_masks(trainer):
+    """Record every token selection TRL's ``get_high_entropy_mask`` returns (test instrumentation)."""
+    selected, select = [], trainer.get_high_entropy_mask
+
+    def record(entropies, mask, threshold):
+        selected.append(select(entropies, mask, threshold))
+        return selected[-1]
+
+    trainer.get_high_entropy_mask = record
+    return selected
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+def test_entropy_quantile_selects_the_tokens_trl_selects_on_the_trained_rows(make_trainer, normalization):
+    """top_entropy_quantile < 1: the high-entropy tokens that train are those TRL selects on the informative group
+    alone; masked rows' tokens would otherwise enter the quantile as zero entropies. Under 'exclude' the gradients
+    (entropy bonus included) are TRL's on the informative group alone too."""
+    config = {"beta": 0.1, "top_entropy_quantile": 0.5, "entropy_coef": 0.05}
+    base = make_trainer(ours=False, **config)
+    ours = make_trainer(zero_std_normalization=normalization, **config)
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+    base_selected, ours_selected = recording_entropy_masks(base), recording_entropy_masks(ours)
+    _, base_grads = loss_and_grads(base, train_batch(base, ["2+3="], INFORMATIVE))
+    _, ours_grads = loss_and_grads(ours, train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE))
+    informative = slice(4, 8) if normalization == "keep" else slice(0, 4)
+    assert base_selected[0].any() and not base_selected[0].all()
+    assert torch.equal(ours_selected[0][informative], base_selected[0])
+    assert not ours_selected[0][:4].any() or normalization == "exclude"
+    if normalization == "exclude":
+        assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+def test_adaptive_entropy_controller_reads_the_trained_rows(make_trainer, normalization):
+    """use_adaptive_entropy: the mean entropy the controller reads, and so the coefficient it sets, are those of
+    TRL run on the informative group alone (the tied rows' tokens would pull the mean down)."""
+    config = {"beta": 0.1, "use_adaptive_entropy": True, "entropy_coef": 0.01, "entropy_target": 0.5}
+    base = make_trainer(ours=False, **config)
+    ours = make_trainer(zero_std_normalization=normalization, **config)
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+    _, base_grads = loss_and_grads(base, train_batch(base, ["2+3="], INFORMATIVE))
+    _, ours_grads = loss_and_grads(ours, train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE))
+    assert ours._last_world_entropy == pytest.approx(base._last_world_entropy, rel=1e-6)
+    assert ours.entropy_coef == base.entropy_coef
+    if normalization == "exclude":
+        assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+def test_clip_ratio_extremes_cover_the_trained_rows(make_trainer):
+    """clip_ratio/low_min and high_max are per-row extremes: masked rows (never clipped) must not enter them."""
+    base = make_trainer(ours=False, beta=0.1, num_iterations=2)
+    ours = make_trainer(beta=0.1, num_iterations=2)
+    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE)
+    base_batch = train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE)
+    base_batch["advantages"] = ours_batch["advantages"]
+    base_batch["completion_mask"][:4] = 0
+    for trainer, batch in ((base, base_batch), (ours, ours_batch)):
+        move_policy_away(trainer.model, scale=0.2)
+        loss_and_grads(trainer, batch)
+    for key in ("clip_ratio/low_min", "clip_ratio/high_max"):
+        assert ours._metrics["train"][key][-1] == base._metrics["train"][key][-1], key
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Image inputs (a vision-language processor has no pad_token_id of its own; TRL reads its tokenizer's)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def vlm_trainer(model_dir, output_dir, ours=True, **config):
+    from PIL import Image
+    from transformers import AutoProcessor
+
+    image = Image.new("RGB", (8, 8), (200, 30, 30))
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": p}] for p in MIXED_PROMPTS], "image": [image, image]}
+    )
+    settings = dict(
+        output_dir=str(output_dir), per_device_train_batch_size=8, num_generations=4, max_completion_length=4,
+        beta=0.1, max_steps=2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
+    )  # fmt: skip
+    trainer_cls, config_cls = (ZeroStdGRPOTrainer, ZeroStdGRPOConfig) if ours else (GRPOTrainer, GRPOConfig)
+
+    def reward(completions, prompts, **kwargs):  # "1+1=" always right (a tied group); else the first character
+        return [
+            1.0 if "1+1" in str(p) else float(ord((c[0]["content"] or "a")[0]) % 2)
+            for p, c in zip(prompts, completions)
+        ]
+
+    return trainer_cls(
+        model=model_dir,
+        reward_funcs=reward,
+        args=config_cls(**settings, **config),
+        train_dataset=dataset,
+        processing_class=AutoProcessor.from_pretrained(model_dir),
+    )
+
+
+def test_image_inputs_train_end_to_end(tiny_vlm_dir, tmp_path):
+    """Real generation with a local vision-language model: the tied group is masked on every step and training
+    runs through the image path (rows not sliced: masked rows are forwarded and get constant log-probs)."""
+    trainer = vlm_trainer(tiny_vlm_dir, tmp_path)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
+    assert len(logged) == 2 and all(entry["zero_std/masked_group_frac"] >= 0.5 for entry in logged)
+
+
+def test_image_inputs_tied_group_puts_no_kl_gradient(tiny_vlm_dir, tmp_path):
+    grads = {}
+    for ours in (True, False):
+        trainer = vlm_trainer(tiny_vlm_dir, tmp_path / str(ours), ours=ours)
+        move_policy_away(trainer.model)
+        stub_generation(trainer, TIED)
+        trainer.model.train()
+        rows = [{"prompt": [{"role": "user", "content": "1+1="}], "image": trainer.train_dataset[0]["image"]}] * 4
+        batch = trainer._generate_and_score_completions(rows)
+        assert "pixel_values" in batch
+        grads[ours] = loss_and_grads(trainer, batch)[1]
+    assert grad_norm(grads[False]) > 1e-4
+    assert_all_zero(grads[True])
+
+
+def test_image_inputs_refuse_exclude(tiny_vlm_dir, tmp_path):
+    trainer = vlm_trainer(tiny_vlm_dir, tmp_path, zero_std_normalization="exclude")
+    with pytest.raises(NotImplementedError, match="zero_std_normalization='exclude'"):
+        trainer.train()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# zero_std_kl: the KL term of groups that failed together can be kept (issue: KL pull-back)
+# ---------------------------------------------------------------------------------------------------------------
+
+FAILED = ["9", "1", "1 a", "0 b"]  # every answer to "1+1=" wrong: a group tied at the low end
+THREE_PROMPTS = ["1+1=", "1+1=", "2+3="]  # failed, all-correct (TIED), informative
+
+
+def three_groups(trainer):
+    trainer.reward_range = (0.0, 1.0)  # as seen earlier in training
+    return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
+
+
+def test_keep_failed_trains_the_failed_group_on_its_kl_term_only(make_trainer):
+    """The failed group's gradient is TRL's on that group (its advantage is 0, so TRL's gradient is the KL term
+    alone), with no entropy bonus; the all-correct group's gradient is exactly 0."""
+    ours = make_trainer(beta=0.1, zero_std_kl="keep_failed", entropy_coef=0.05)
+    base = make_trainer(ours=False, beta=0.1)
+    for trainer in (base, ours):
+        move_policy_away(trainer.model)
+    ours.reward_range = (0.0, 1.0)
+    _, base_grads = loss_and_grads(base, train_batch(base, ["1+1="], FAILED))
+    failed_batch = train_batch(ours, ["1+1="], FAILED)
+    _, ours_grads = loss_and_grads(ours, failed_batch)
+    assert torch.equal(failed_batch["advantages"], torch.zeros(4)) and failed_batch["completion_mask"].all(dim=1).any()
+    assert grad_norm(base_grads) > 1e-4
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+    _, correct = loss_and_grads(ours, train_batch(ours, ["1+1="], TIED))
+    assert_all_zero(correct)
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_keep_failed_leaves_the_informative_rows_as_under_mask(make_trainer, loss_type):
+    """On a batch of a failed, an all-correct and an informative group, ours with keep_failed is TRL's loss with the
+    all-correct rows masked and our advantages: the failed rows add their KL term, the informative rows train as
+    under 'mask' (same advantages, same normalisers), the all-correct rows add nothing."""
+    config = {"beta": 0.1, "loss_type": loss_type, "per_device_train_batch_size": 12}
+    kept, masked = make_trainer(zero_std_kl="keep_failed", **config), make_trainer(**config)
+    base = make_trainer(ours=False, **config)
+    for trainer in (base, kept, masked):
+        move_policy_away(trainer.model)
+    kept_batch, masked_batch = three_groups(kept), three_groups(masked)
+    base_batch = train_batch(base, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
+    assert torch.equal(kept_batch["advantages"], masked_batch["advantages"])
+    assert (kept_batch["row_role"] == 2).nonzero().view(-1).tolist() == [0, 1, 2, 3]
+    base_batch["advantages"] = kept_batch["advantages"]
+    base_batch["completion_mask"][4:8] = 0
+    _, kept_grads = loss_and_grads(kept, kept_batch)
+    _, masked_grads = loss_and_grads(masked, masked_batch)
+    _, base_grads = loss_and_grads(base, base_batch)
+    if (
+        loss_type == "bnpo"
+    ):  # its normaliser, the micro-batch's mask tokens, still counts the all-correct rows' ("keep")
+        scale = base_batch["completion_mask"].sum() / kept_batch["base_loss_mask"].sum()
+        base_grads = {name: grad * scale for name, grad in base_grads.items()}
+    assert_grads_close(kept_grads, base_grads, rtol=1e-5, atol=1e-7)
+    assert grad_norm({k: kept_grads[k] - masked_grads[k] for k in kept_grads}) > 1e-5  # the KL pull exists
+
+
+def test_keep_keeps_the_kl_term_of_every_tied_group(make_trainer):
+    ours = make_trainer(beta=0.1, zero_std_kl="keep", per_device_train_batch_size=12)
+    batch = three_groups(ours)
+    assert (batch["row_role"] == 2).nonzero().view(-1).tolist() == list(range(8))
+    assert ours._metrics["train"]["zero_std/kl_kept_row_frac"][-1] == pytest.approx(8 / 12)
+    assert ours._metrics["train"]["zero_std/all_low_group_frac"][-1] == pytest.approx(1 / 3)
+    assert ours._metrics["train"]["zero_std/all_high_group_frac"][-1] == pytest.approx(1 / 3)
+
+
+def test_stalled_training_warns_once_naming_the_options(make_trainer, caplog):
+    """Three optimizer steps in a row that train no row: one warning that names the ways out."""
+    trainer = make_trainer(reward_funcs=constant_reward, max_steps=4)
+    with caplog.at_level("WARNING", logger="trl_zerostd"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "stalling" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "3 optimizer steps in a row trained no row" in warnings[0]
+    for option in ("learning_rate", "zero_std_kl='keep_failed'", "dynamic_sampling=True"):
+        assert option in warnings[0]
+    fractions = [
+        e["zero_std/untrained_step_frac"] for e in trainer.state.log_history if "zero_std/untrained_step_frac" in e
+    ]
+    assert fractions == [1.0] * 4

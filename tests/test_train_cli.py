@@ -95,3 +95,12 @@ def test_plot_compares_runs_and_falls_back_to_trl_zero_std_metric(tmp_path):
     plot_metrics({"base": base, "ours": ours}, tmp_path / "compare.png")
     assert (tmp_path / "compare.png").stat().st_size > 0
     assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.5, 2.5, 3.5]
+
+
+def test_the_default_run_learns(tmp_path):
+    """The main job's defaults (warm start, then ZeroStdGRPOTrainer), cut to 60 steps: the reward rises (measured:
+    0.445 over the first 10 steps -> 0.641 over the last 10, seed 0)."""
+    trainer = run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--max_steps", "60"])
+    rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert len(rewards) == 60 and last > first + 0.1, (first, last)
