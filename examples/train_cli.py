@@ -21,7 +21,8 @@ import addition_task
 import torch
 from datasets import Dataset, load_dataset
 from tiny_model import build_model, build_tokenizer
-from transformers.trainer_callback import ProgressCallback
+from tqdm.auto import tqdm
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
 from trl_zerostd.config import ZERO_STD_FIELDS
@@ -156,7 +157,9 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         peft_config=get_peft_config(model_args),
     )
     if trainer.pop_callback(ProgressCallback) is not None:
-        trainer.add_callback(MetricsProgress(script_args.print_every))
+        trainer.add_callback(RewardProgressBar())
+    trainer.pop_callback(PrinterCallback)  # installed instead of the bar under --disable_tqdm
+    trainer.add_callback(MetricLines(script_args.print_every))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
 
@@ -171,28 +174,32 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
     return trainer
 
 
-class MetricsProgress(ProgressCallback):
-    """TRL's progress bar with the reward beside it, and one short line of the main metrics every ``print_every``
-    logged steps instead of the whole metric dict at every step."""
+class RewardProgressBar(ProgressCallback):
+    """TRL's progress bar with the reward beside it, without the whole metric dict written at every step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and "reward" in (logs or {}):
+            self.training_bar.set_postfix(reward=f"{logs['reward']:.3f}", refresh=False)
+
+
+class MetricLines(TrainerCallback):
+    """One short line of the main metrics every ``print_every`` logged steps, and one at the end."""
 
     def __init__(self, print_every: int):
-        super().__init__()
         self.print_every = max(print_every, 1)
         self.logged = 0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or self.training_bar is None or not logs:
+        if not state.is_world_process_zero or not logs:
             return
-        if "reward" in logs:
-            self.training_bar.set_postfix(reward=f"{logs['reward']:.3f}", refresh=False)
-            self.logged += 1
-        if self.logged % self.print_every == 0 or "train_runtime" in logs:
+        self.logged += "reward" in logs
+        if "train_runtime" in logs:
+            shown = {"runtime (s)": logs["train_runtime"], "mean loss": logs.get("train_loss", float("nan"))}
+        elif "reward" in logs and self.logged % self.print_every == 0:
             shown = {name: logs[key] for key, name in PRINTED_METRICS.items() if isinstance(logs.get(key), float)}
-            if "train_runtime" in logs:
-                shown = {"runtime (s)": logs["train_runtime"], "mean loss": logs.get("train_loss", float("nan"))}
-            self.training_bar.write(
-                f"step {state.global_step}: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items())
-            )
+        else:
+            return
+        tqdm.write(f"step {state.global_step}: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
 
 
 @contextmanager

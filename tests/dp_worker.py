@@ -1,8 +1,14 @@
-"""Worker of tests/test_distributed.py, launched by ``accelerate launch --multi_gpu --num_processes 2``.
+"""Worker of tests/test_distributed.py, launched by ``accelerate launch`` with 2 processes (or called in-process).
 
-Trains one step of ZeroStdGRPOTrainer (or TRL's GRPOTrainer) on a fixed stubbed global batch and writes, per rank,
-the rows it trained on (prompt, completion, advantage, loss tokens), a parameter checksum and rank 0's logs.
-Usage: dp_worker.py MODEL_DIR OUT_DIR [grpo|rloo]
+Trains ``max_steps`` steps of ZeroStdGRPOTrainer or ZeroStdRLOOTrainer on a stubbed global batch of 8 rows (two
+groups of 4) and writes, per rank, the rows it trained on (prompt, completion, advantage, loss tokens), parameter
+checksums before and after, and rank 0's logs. Scenarios:
+
+- ``masking``: prompts "1+1=" (tied) and "2+3=" (informative), one step;
+- ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
+- ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached.
+
+Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO
 """
 
 import json
@@ -15,62 +21,81 @@ from torch import distributed
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [TESTS, os.path.join(os.path.dirname(TESTS), "examples")]
-from conftest import OUR_CLASSES, answer_reward, stub_generation
-from tiny_model import build_tokenizer
+from conftest import OUR_CLASSES, answer_reward, constant_reward, move_policy_away, stub_generation  # noqa: E402
+from tiny_model import build_tokenizer  # noqa: E402
 
-GLOBAL_BATCH = 8  # one tied group and one informative group of 4
-COMPLETIONS = {"1+1=": ["2", "2 a", "2 bb", "2"], "2+3=": ["5 x", "3", "5", "9 yy"]}
+GLOBAL_BATCH = 8
+# Completions cycle with period 2 over a prompt's rows in one generation call, so they do not depend on how a group's
+# rows are split over ranks (a refill round of one group puts 2 rows on each of 2 ranks).
+COMPLETIONS = {"1+1=": ["2", "2 a"], "2+3=": ["5 x", "3"], "4+4=": ["8", "1 x"], "3+5=": ["9", "8 y"]}
+SCENARIOS = {
+    "masking": {"prompts": ["1+1=", "2+3="], "config": {}, "reward": answer_reward},
+    "dynamic": {
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "max_steps": 2},
+        "reward": answer_reward,
+    },
+    "dynamic_cap": {
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 3},
+        "reward": constant_reward,
+    },
+}
 
 
 def completions_for(prompts):
-    """Rank-independent: the i-th row of a prompt in this call gets COMPLETIONS[prompt][i]."""
-    seen = {}
-    texts = []
+    """Rank-independent: the i-th row of a prompt in this call gets COMPLETIONS[prompt][i % 2]."""
+    seen, texts = {}, []
     for prompt in prompts:
-        texts.append(COMPLETIONS[prompt][seen.get(prompt, 0)])
+        texts.append(COMPLETIONS[prompt][seen.get(prompt, 0) % 2])
         seen[prompt] = seen.get(prompt, 0) + 1
     return texts
 
 
-def main(model_dir, out_dir, kind="grpo"):
+def checksum(model):
+    return sum(p.double().sum().item() for p in model.parameters())
+
+
+def main(model_dir, out_dir, kind="grpo", scenario="masking"):
     trainer_cls, config_cls = OUR_CLASSES[kind]
-    args = config_cls(
+    setup = SCENARIOS[scenario]
+    settings = dict(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
-        num_generations=4, max_completion_length=6, beta=0.1,
-        max_steps=1, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
+        num_generations=4, max_completion_length=6, beta=0.1, max_steps=1, logging_steps=1, save_strategy="no",
+        report_to="none", use_cpu=True, bf16=False, seed=0,
     )  # fmt: skip
     tokenizer = build_tokenizer()
     trainer = trainer_cls(
         model=model_dir,
-        reward_funcs=answer_reward,
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": list(COMPLETIONS)}),
+        reward_funcs=setup["reward"],
+        args=config_cls(**{**settings, **setup["config"]}),
+        train_dataset=Dataset.from_dict({"prompt": setup["prompts"]}),
         processing_class=tokenizer,
     )
     stub_generation(trainer, completions_for)
+    move_policy_away(trainer.model)  # the same perturbation on every rank: policy != reference, KL gradient non-zero
     trained_rows = []
-    generate_and_score = trainer._generate_and_score_completions
 
-    def recording(inputs):
-        output = generate_and_score(inputs)
+    def record(output):
         texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
-        for example, text, advantage, mask in zip(
-            inputs, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
+        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        for prompt, text, advantage, tokens in zip(
+            prompts, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
         ):
-            trained_rows.append(
-                {"prompt": example["prompt"], "completion": text, "advantage": advantage, "tokens": mask}
-            )
+            trained_rows.append({"prompt": prompt, "completion": text, "advantage": advantage, "tokens": tokens})
         return output
 
-    trainer._generate_and_score_completions = recording
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: record(generate_and_score(inputs))
+    before = checksum(trainer.model)
     trainer.train()
     rank = distributed.get_rank() if distributed.is_initialized() else 0
-    checksum = sum(p.double().sum().item() for p in trainer.model.parameters())
     result = {
         "rank": rank,
         "world_size": trainer.accelerator.num_processes,
         "rows": trained_rows,
-        "checksum": checksum,
+        "checksum_before": before,
+        "checksum": checksum(trainer.model),
     }
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]

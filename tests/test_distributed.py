@@ -1,8 +1,7 @@
-"""Two-process data-parallel training on CPU (gloo) gives the masks, advantages and metrics of one process.
+"""Two-process data-parallel training on CPU (gloo) gives the rows, advantages and metrics of one process.
 
 Launched as users launch it: ``accelerate launch --multi_gpu --num_processes 2`` with ``use_cpu=True`` in the
-training config. The global batch is one tied group and one informative group, one group per rank, so one rank's
-rows are all masked: that rank forwards one row at zero weight and the step must finish (no hang).
+training config (``tests/dp_worker.py``). The global batch is two groups of 4, one per rank at first.
 """
 
 import json
@@ -17,37 +16,61 @@ WORKER = Path(__file__).parent / "dp_worker.py"
 TIMEOUT_S = 300
 
 
-def launch_two_processes(model_dir, out_dir, kind):
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
-        str(WORKER), model_dir, str(out_dir), kind,
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+def launch(model_dir, out_dir, kind, scenario, num_processes=2):
+    """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results."""
+    out_dir.mkdir()
+    if num_processes == 1:
+        run_worker(model_dir, str(out_dir), kind, scenario)
+    else:
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+            str(WORKER), model_dir, str(out_dir), kind, scenario,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        assert done.returncode == 0, done.stderr[-4000:]
+    results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
+    assert [r["world_size"] for r in results] == [num_processes] * num_processes
+    assert len({r["checksum"] for r in results}) == 1  # the replicas stayed in sync
+    return results
 
 
-def by_row(rows):
-    return sorted((row["prompt"], row["completion"], row["advantage"], row["tokens"]) for row in rows)
+def by_row(results):
+    return sorted((r["prompt"], r["completion"], r["advantage"], r["tokens"]) for res in results for r in res["rows"])
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_two_processes_match_one(tiny_model_dir, tmp_path, kind):
-    (tmp_path / "dp").mkdir()
-    ranks = launch_two_processes(tiny_model_dir, tmp_path / "dp", kind)
-    assert [r["world_size"] for r in ranks] == [2, 2]
-    assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP kept the replicas in sync
+    """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", kind, "masking")
     assert {row["prompt"] for row in ranks[0]["rows"]} != {row["prompt"] for row in ranks[1]["rows"]}
-
-    (tmp_path / "single").mkdir()
-    run_worker(tiny_model_dir, str(tmp_path / "single"), kind)  # one process, same global batch of 8 rows
-    single = json.loads((tmp_path / "single" / "rank0.json").read_text())
-    assert single["world_size"] == 1
-    assert by_row(ranks[0]["rows"] + ranks[1]["rows"]) == by_row(single["rows"])  # advantages bit-identical
-    tied = [row for row in single["rows"] if row["prompt"] == "1+1="]
+    single = launch(tiny_model_dir, tmp_path / "single", kind, "masking", num_processes=1)
+    assert by_row(ranks) == by_row(single)  # advantages bit-identical
+    tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
     assert tied and all(row["tokens"] == 0 and row["advantage"] == 0.0 for row in tied)
-
     for key in ("zero_std/masked_group_frac", "zero_std/masked_token_frac", "masked/row_frac/zero_std"):
-        assert ranks[0]["logs"][0][key] == pytest.approx(single["logs"][0][key]), key
-    assert single["logs"][0]["zero_std/masked_group_frac"] == 0.5
+        assert ranks[0]["logs"][0][key] == pytest.approx(single[0]["logs"][0][key]), key
+    assert single[0]["logs"][0]["zero_std/masked_group_frac"] == 0.5
+
+
+def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
+    """Same rounds, same groups kept, same rows and advantages on 2 ranks as on one; no trained group is tied."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
+    assert by_row(ranks) == by_row(single)
+    assert all(row["tokens"] > 0 for row in single[0]["rows"]) and "1+1=" not in {
+        r["prompt"] for r in single[0]["rows"]
+    }
+    rounds = [[entry["dynamic_sampling/rounds"] for entry in result[0]["logs"]] for result in (ranks, single)]
+    assert rounds[0] == rounds[1] and max(rounds[1]) >= 2  # a refill happened
+    assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+
+
+@pytest.mark.parametrize("num_processes", [1, 2])
+def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir, tmp_path, num_processes):
+    """Every group zero-variance: 3 rounds, then the batch trains masked; no rank hangs, no parameter moves."""
+    results = launch(tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes)
+    for result in results:
+        assert result["checksum"] == result["checksum_before"]
+    assert results[0]["logs"][0]["dynamic_sampling/cap_reached"] == 1.0
+    assert results[0]["logs"][0]["dynamic_sampling/rounds"] == 3

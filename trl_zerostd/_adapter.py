@@ -20,6 +20,7 @@ from accelerate.utils import gather, gather_object
 
 from . import core
 from ._loss import BASE_LOSS_MASK_KEY, IMAGE_KEYS, ROLE_KEY, LossCall, LossMixin
+from ._refill import DynamicSamplingMixin
 from ._run_state import RunStateMixin
 from .config import check_compatible, masking_settings
 from .estimators import get_advantage_estimator
@@ -31,8 +32,8 @@ class GenerationBatch:
     """What one training generation batch carries between TRL's calls into our overrides.
 
     ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned.
-    ``rewards_per_func`` ``(N, K)`` and ``truncated`` ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)`` log-probs
-    and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
+    ``rewards_per_func`` ``(N, K)`` and ``truncated`` ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
+    log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
     """
 
     inputs: list[dict]
@@ -56,7 +57,7 @@ def merge_extra_fields(inputs: list[dict], extra_fields: dict) -> None:
                 example[key] = values[i]
 
 
-class RowPlanMixin(LossMixin, RunStateMixin):
+class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
     """Mixed in before a TRL trainer class; see the module docstring. Subclasses set ``advantage_estimator`` (the
     estimator they dispatch to) and ``trainer_kind``."""
 
@@ -71,11 +72,20 @@ class RowPlanMixin(LossMixin, RunStateMixin):
         self._generation_batch: GenerationBatch | None = None
         self._loss_call: LossCall | None = None
         self._rows_trained_this_step = 0
+        self._init_dynamic_sampling()
 
     # -- hooks for the concrete trainers ----------------------------------------------------------------------
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         """``(completion_ids, completions, extra_fields)`` from what the trainer's ``_generate`` returned."""
+        raise NotImplementedError
+
+    def _split_generated(self, generated: tuple) -> list[tuple]:
+        """What the trainer's ``_generate`` returned, as one record per row (dynamic sampling regroups rows)."""
+        raise NotImplementedError
+
+    def _join_generated(self, records: list[tuple]) -> tuple:
+        """The inverse of ``_split_generated``: TRL's ``_generate`` layout for the given rows."""
         raise NotImplementedError
 
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
@@ -112,10 +122,19 @@ class RowPlanMixin(LossMixin, RunStateMixin):
 
     def _generate(self, prompts):
         # follows {GRPO,RLOO}Trainer._generate (TRL 1.16); relies on TRL giving _calculate_rewards these same prompts
-        generated = super()._generate(prompts)
+        # and inputs, which dynamic sampling refills in place
         batch = self._generation_batch
-        if batch is not None:
-            self._score(batch, prompts, generated)
+        if batch is None:
+            return super()._generate(prompts)
+        if self.masking.dynamic_sampling:
+            generated, rewards_per_func, truncated = self._generate_refilled(batch, prompts, super()._generate)
+        else:
+            generated = super()._generate(prompts)
+            rewards_per_func, truncated = self._score_generation(batch.inputs, prompts, generated)
+        batch.generated, batch.rewards_per_func, batch.truncated = generated, rewards_per_func, truncated
+        batch.whole_old_forward = self._rejection_mode()
+        if not batch.whole_old_forward:
+            self._decide_plan(batch, rejected=torch.zeros_like(truncated))
         return generated
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -125,18 +144,15 @@ class RowPlanMixin(LossMixin, RunStateMixin):
             return batch.rewards_per_func
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    def _score(self, batch: GenerationBatch, prompts: list, generated: tuple) -> None:
-        """Score the rewards of what was just generated (TRL's arguments, once) and decide the plan if it can be."""
+    def _score_generation(self, rows: list[dict], prompts: list, generated: tuple):
+        """The gathered ``(N, K)`` rewards (TRL's arguments, once) and ``(N,)`` truncation of what was just generated
+        for ``rows``, this rank's dataset rows (a rollout's extra fields are merged into them, as TRL does)."""
         completion_ids, completions, extra_fields = self._generated_rows(generated)
-        merge_extra_fields(batch.inputs, extra_fields)
-        batch.generated = generated
-        batch.rewards_per_func = super()._calculate_rewards(batch.inputs, prompts, completions, completion_ids)
+        merge_extra_fields(rows, extra_fields)
+        rewards_per_func = super()._calculate_rewards(rows, prompts, completions, completion_ids)
         stop_tokens = [*self.eos_token_ids, self._tokenizer.pad_token_id]
         truncated = core.truncated_rows(completion_ids, stop_tokens) & bool(self.mask_truncated_completions)
-        batch.truncated = gather(truncated.to(self.accelerator.device)).bool()
-        batch.whole_old_forward = self._rejection_mode()
-        if not batch.whole_old_forward:
-            self._decide_plan(batch, rejected=torch.zeros_like(batch.truncated))
+        return rewards_per_func, gather(truncated.to(self.accelerator.device)).bool()
 
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
         task_rewards = self._task_rewards(batch.rewards_per_func)

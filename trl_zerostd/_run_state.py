@@ -2,7 +2,8 @@
 
 Metrics go through TRL's own metric store (``self._metrics["train"]``), so every tracker TRL reports to gets them.
 A checkpoint carries ``trl_zerostd.json``: the package's settings (resuming restores them) and its running state
-(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor).
+(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor, dynamic sampling's prompt
+stream).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class RunStateMixin:
             "settings": asdict(self.masking),
             "reward_range": self.reward_range,
             "stall_monitor": self.stall_monitor.state_dict(),
+            "prompt_stream": self.prompt_stream.state_dict() if self.prompt_stream is not None else None,
         }
 
     def _restore_package_state(self, state: dict) -> None:
@@ -85,3 +87,5 @@ class RunStateMixin:
         self.masking = saved
         self.reward_range = tuple(state["reward_range"]) if state["reward_range"] is not None else None
         self.stall_monitor.load_state_dict(state["stall_monitor"])
+        if self.prompt_stream is not None and state.get("prompt_stream") is not None:
+            self.prompt_stream.load_state_dict(state["prompt_stream"])

@@ -56,6 +56,24 @@ class ZeroStdArguments:
             "zero-variance group. Kept rows train on their KL term only and stay out of every statistic."
         },
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Refill each generation batch with further prompts (a seeded stream over the train dataset) until "
+            "it holds generation_batch_size / num_generations informative groups (two valid rows with different task "
+            "rewards); the other groups are dropped."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10, metadata={"help": "Generation rounds per batch, the first included, before the cap applies."}
+    )
+    dynamic_sampling_on_cap: Literal["mask", "error"] = field(
+        default="mask",
+        metadata={
+            "help": "At the cap, 'mask': complete the batch with the best groups generated, which train masked (a "
+            "warning once, then the metric dynamic_sampling/cap_reached); 'error': raise."
+        },
+    )
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
@@ -78,6 +96,15 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
     if settings.zero_std_kl not in ZERO_STD_KL_MODES:
         raise ValueError(f"zero_std_kl must be one of {ZERO_STD_KL_MODES}, got {settings.zero_std_kl!r}.")
+    if not settings.dynamic_sampling_max_rounds >= 1:
+        raise ValueError(
+            "dynamic_sampling_max_rounds must be >= 1 (the first round included), "
+            f"got {settings.dynamic_sampling_max_rounds!r}."
+        )
+    if settings.dynamic_sampling_on_cap not in ("mask", "error"):
+        raise ValueError(
+            f"dynamic_sampling_on_cap must be 'mask' or 'error', got {settings.dynamic_sampling_on_cap!r}."
+        )
 
 
 def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:

@@ -29,6 +29,24 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
         # sampling_per_token_logps, extra_fields, images, tool_images)
         return generated[1], generated[3], generated[5]
 
+    def _split_generated(self, generated: tuple) -> list[tuple]:
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, _images, tool_images = generated
+        rows = len(completion_ids)
+        extras = [{key: value[i] if isinstance(value, list) else value for key, value in extra_fields.items()}
+                  for i in range(rows)]  # fmt: skip
+        return list(
+            zip(prompt_ids, completion_ids, per_row(tool_mask, rows), completions, per_row(logprobs, rows), extras,
+                per_row(tool_images, rows), strict=True)
+        )  # fmt: skip
+
+    def _join_generated(self, records: list[tuple]) -> tuple:
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extras, tool_images = map(list, zip(*records))
+        keys = dict.fromkeys(key for extra in extras for key in extra)
+        extra_fields = {key: [extra.get(key) for extra in extras] for key in keys}
+        tool_images = tool_images if any(images is not None for images in tool_images) else []
+        return (prompt_ids, completion_ids, all_or_none(tool_mask), completions, all_or_none(logprobs), extra_fields,
+                None, tool_images)  # fmt: skip
+
     def _advantage_options(self, batch: GenerationBatch) -> dict:
         return {"scale_rewards": self.scale_rewards, "multi_objective_aggregation": self.multi_objective_aggregation}
 
@@ -70,6 +88,15 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
         if self._loss_call is not None:
             mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)
         return super().get_high_entropy_mask(entropies, mask, threshold)
+
+
+def per_row(values: list | None, rows: int) -> list:
+    """A per-row list as it is; None (or TRL's empty ``tool_images``) as one None per row."""
+    return values if values is not None and len(values) == rows else [None] * rows
+
+
+def all_or_none(values: list) -> list | None:
+    return None if all(value is None for value in values) else values
 
 
 def padded(rows: list[list[float | None]], like: torch.Tensor, value: float) -> torch.Tensor:

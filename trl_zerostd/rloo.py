@@ -38,6 +38,12 @@ class ZeroStdRLOOTrainer(RowPlanMixin, RLOOTrainer):
         # RLOOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, completions); no extra fields
         return generated[1], generated[2], {}
 
+    def _split_generated(self, generated: tuple) -> list[tuple]:
+        return list(zip(*generated, strict=True))
+
+    def _join_generated(self, records: list[tuple]) -> tuple:
+        return tuple(map(list, zip(*records)))
+
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return clipped_task_reward(rewards_per_func, self.reward_weights, self.reward_clip_range)
 

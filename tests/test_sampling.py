@@ -1,0 +1,62 @@
+"""Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill size and the choice of groups."""
+
+import pytest
+import torch
+
+from trl_zerostd.sampling import PromptStream, choose_groups, rank_rows, refill_groups
+
+
+def test_stream_walks_whole_passes_and_reshuffles_each():
+    stream = PromptStream(5, seed=0)
+    first, second = stream.take(5), stream.take(5)
+    assert sorted(first) == sorted(second) == list(range(5))
+    assert first != second  # each pass is a fresh permutation (seeded)
+    assert (stream.epoch, stream.position) == (1, 5)
+
+
+def test_stream_is_reproducible_and_resumes_from_its_state():
+    draws = PromptStream(7, seed=3).take(10)
+    assert PromptStream(7, seed=3).take(10) == draws
+    assert PromptStream(7, seed=4).take(10) != draws
+    stream = PromptStream(7, seed=3)
+    stream.take(4)
+    resumed = PromptStream(7, seed=3)
+    resumed.load_state_dict(stream.state_dict())
+    assert resumed.take(6) == draws[4:]
+
+
+def test_stream_does_not_replay_the_dataloader_permutation():
+    """TRL's RepeatSampler permutes with torch.randperm seeded by the run's seed: refills draw another order."""
+    dataloader_order = torch.randperm(50, generator=torch.Generator().manual_seed(0)).tolist()
+    assert PromptStream(50, seed=0).take(50) != dataloader_order
+
+
+def test_empty_dataset_is_refused():
+    with pytest.raises(ValueError, match="train_dataset"):
+        PromptStream(0, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("missing", "informative", "generated", "world", "expected"),
+    [
+        (4, 4, 8, 1, 8),  # rate 1/2: twice the missing groups
+        (1, 6, 8, 1, 2),  # rate 3/4: ceil(1 / 0.75)
+        (8, 0, 8, 1, 8),  # no informative group yet: a whole batch, never more
+        (3, 1, 8, 1, 8),  # 3 / (1/8) capped at the batch
+        (1, 8, 8, 1, 1),
+        (1, 8, 8, 3, 3),  # 1 group of G=4 rows over 3 ranks: rounded up to 3 groups (12 rows)
+        (1, 8, 8, 2, 1),  # 4 rows split over 2 ranks already
+    ],
+)
+def test_refill_groups(missing, informative, generated, world, expected):
+    assert refill_groups(missing, informative, generated, batch_groups=8, world_size=world, G=4) == expected
+
+
+def test_choose_groups_takes_the_first_informative_then_the_first_others():
+    informative = torch.tensor([False, True, False, True, True])
+    assert choose_groups(informative, 2).tolist() == [1, 3]  # the surplus informative group 4 is dropped
+    assert choose_groups(informative, 4).tolist() == [1, 3, 4, 0]  # at the cap: completed by masked groups
+
+
+def test_rank_rows():
+    assert [rank_rows(8, 2, rank) for rank in (0, 1)] == [slice(0, 4), slice(4, 8)]

@@ -1,0 +1,119 @@
+"""Dynamic sampling, the trainer side: a generation batch refilled until it holds only informative groups.
+
+Inside TRL's ``_generate``: round 1 generates TRL's own rows (the dataloader's), each further round the next
+prompts of a seeded ``PromptStream`` over the same dataset, through TRL's own ``_generate`` (so vLLM, rollout_func
+and tools work as they do in TRL). Every round's rewards are scored and gathered, so every rank takes the same
+decisions and runs the same rounds. The groups that train are chosen on the gathered batch; each rank then holds its
+slice of them, and TRL's ``prompts`` and ``inputs`` lists are refilled in place with those rows, so everything TRL
+does after generation (scoring forwards, advantages, logs) sees the batch that trains, in TRL's usual shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object
+from datasets import IterableDataset
+
+from . import core
+from .sampling import PromptStream, choose_groups, rank_rows, refill_groups
+
+logger = logging.getLogger("trl_zerostd")
+
+
+@dataclass
+class GeneratedPool:
+    """Every row generated for one batch so far, in gathered order (every rank holds all of it): dataset rows, the
+    trainer's per-row generation records, rewards ``(rows, K)``, truncation ``(rows,)``, informative ``(groups,)``."""
+
+    rows: list[dict] = field(default_factory=list)
+    records: list[tuple] = field(default_factory=list)
+    rewards_per_func: list[torch.Tensor] = field(default_factory=list)
+    truncated: list[torch.Tensor] = field(default_factory=list)
+    informative: list[torch.Tensor] = field(default_factory=list)
+
+    def groups(self) -> tuple[int, int]:
+        """``(informative, generated)`` group counts."""
+        flags = torch.cat(self.informative)
+        return int(flags.sum()), len(flags)
+
+
+class DynamicSamplingMixin:
+    """Needs ``masking``, ``_score_generation``, ``_split_generated`` and ``_join_generated``."""
+
+    def _init_dynamic_sampling(self) -> None:
+        self.prompt_stream = None
+        self._cap_warned = False
+        if not self.masking.dynamic_sampling:
+            return
+        dataset = self.train_dataset
+        if dataset is None or isinstance(dataset, IterableDataset):
+            raise ValueError("dynamic_sampling draws refill prompts by index: it needs a map-style train_dataset.")
+        if {"image", "images"} & set(dataset.column_names) or getattr(self, "environment_factories", None):
+            raise NotImplementedError("dynamic_sampling does not support image inputs or environment_factory yet.")
+        self.prompt_stream = PromptStream(len(dataset), self.args.seed)
+
+    def _generate_refilled(self, batch, prompts: list, generate) -> tuple[tuple, torch.Tensor, torch.Tensor]:
+        """Generate until the gathered batch holds ``N // G`` informative groups or the round cap is reached. Returns
+        this rank's generation (TRL's ``_generate`` layout) and the gathered rewards and truncation of the rows that
+        train; refills ``prompts`` and ``batch.inputs`` in place with this rank's rows."""
+        world, rank, G = self.accelerator.num_processes, self.accelerator.process_index, self.num_generations
+        needed = len(batch.inputs) * world // G
+        pool = GeneratedPool()
+        self._generate_round(pool, batch.inputs, prompts, generate)
+        rounds, (informative, generated) = 1, pool.groups()
+        while informative < needed and rounds < self.masking.dynamic_sampling_max_rounds:
+            count = refill_groups(needed - informative, informative, generated, needed, world, G)
+            rows = [dict(self.train_dataset[i]) for i in self.prompt_stream.take(count) for _ in range(G)]
+            local = rows[rank_rows(len(rows), world, rank)]
+            self._generate_round(pool, local, [row["prompt"] for row in local], generate)
+            rounds, (informative, generated) = rounds + 1, pool.groups()
+        if informative < needed:
+            self._cap_reached(informative, generated, needed)
+        chosen = choose_groups(torch.cat(pool.informative), needed)
+        row_ids = (chosen.unsqueeze(1) * G + torch.arange(G)).view(-1)
+        local_ids = row_ids[rank_rows(len(row_ids), world, rank)].tolist()
+        batch.inputs[:] = [pool.rows[i] for i in local_ids]
+        prompts[:] = [row["prompt"] for row in batch.inputs]
+        rewards, truncated = torch.cat(pool.rewards_per_func), torch.cat(pool.truncated)
+        self._log_refill(rounds, generated, needed, informative < needed, rewards)
+        return self._join_generated([pool.records[i] for i in local_ids]), rewards[row_ids], truncated[row_ids]
+
+    def _generate_round(self, pool: GeneratedPool, rows: list[dict], prompts: list, generate) -> None:
+        generated = generate(prompts)
+        rewards_per_func, truncated = self._score_generation(rows, prompts, generated)
+        task_rewards = self._task_rewards(rewards_per_func)
+        valid = ~(truncated | core.unscorable_rows(rewards_per_func))
+        zero_std = core.zero_std_groups(task_rewards, valid, self.num_generations, self.masking.zero_std_atol)
+        pool.rows += gather_object(list(rows))
+        pool.records += gather_object(self._split_generated(generated))
+        pool.rewards_per_func.append(rewards_per_func)
+        pool.truncated.append(truncated)
+        pool.informative.append(~zero_std.cpu())
+
+    def _cap_reached(self, informative: int, generated: int, needed: int) -> None:
+        cap = self.masking.dynamic_sampling_max_rounds
+        situation = (
+            f"dynamic_sampling reached dynamic_sampling_max_rounds={cap} with {informative} of the {needed} "
+            f"informative groups a batch needs (informative rate {informative / generated:.1%} over {generated} "
+            "groups generated)"
+        )
+        if self.masking.dynamic_sampling_on_cap == "error":
+            raise RuntimeError(
+                f"{situation}. Raise dynamic_sampling_max_rounds, or set dynamic_sampling_on_cap='mask' to train on "
+                "with the batch completed by masked groups."
+            )
+        if not self._cap_warned and self.accelerator.is_main_process:
+            logger.warning(f"{situation}; the batch is completed with masked groups (logged as "
+                           "dynamic_sampling/cap_reached; warned once).")  # fmt: skip
+        self._cap_warned = True
+
+    def _log_refill(self, rounds: int, generated: int, needed: int, cap_reached: bool, rewards: torch.Tensor) -> None:
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/rounds"].append(rounds)
+        metrics["dynamic_sampling/generated_groups"].append(generated)
+        metrics["dynamic_sampling/dropped_groups"].append(generated - needed)
+        metrics["dynamic_sampling/cap_reached"].append(float(cap_reached))
+        metrics["dynamic_sampling/generated_reward_mean"].append(torch.nanmean(self._task_rewards(rewards)).item())

@@ -1,0 +1,77 @@
+"""Dynamic sampling, the pure part: where refill prompts come from, how many a round draws, which groups train.
+
+No trainer or TRL import. Groups are counted over the gathered batch (all ranks); ``G = num_generations``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+STREAM_SEED_OFFSET = 0x5EED  # the refill stream must not replay the dataloader's own permutation of the same seed
+
+
+@dataclass
+class PromptStream:
+    """Dataset row indices in seeded passes: each pass is a fresh permutation of ``range(num_rows)``.
+
+    Every rank holds the same stream (same seed, same draws), so no rank needs to tell another which prompts to
+    generate. ``epoch`` and ``position`` are the whole state: a checkpoint stores them and resuming continues.
+    """
+
+    num_rows: int
+    seed: int
+    epoch: int = 0
+    position: int = 0
+
+    def __post_init__(self):
+        if self.num_rows < 1:
+            raise ValueError("dynamic_sampling needs a non-empty train_dataset to draw refill prompts from.")
+
+    def _permutation(self) -> list[int]:
+        generator = torch.Generator().manual_seed(self.seed + STREAM_SEED_OFFSET + self.epoch)
+        return torch.randperm(self.num_rows, generator=generator).tolist()
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` row indices, crossing into new passes as needed."""
+        taken, order = [], self._permutation()
+        while len(taken) < count:
+            if self.position == self.num_rows:
+                self.epoch, self.position = self.epoch + 1, 0
+                order = self._permutation()
+            step = min(count - len(taken), self.num_rows - self.position)
+            taken += order[self.position : self.position + step]
+            self.position += step
+        return taken
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+
+
+def refill_groups(missing: int, informative: int, generated: int, batch_groups: int, world_size: int, G: int) -> int:
+    """Groups a refill round generates: the ``missing`` informative groups divided by the informative rate seen so
+    far (``informative / generated``, at least ``1 / batch_groups``), at most a whole batch, rounded up so that the
+    round's ``groups * G`` rows split evenly over ``world_size`` ranks."""
+    rate = max(informative / generated if generated else 0.0, 1.0 / batch_groups)
+    groups = min(math.ceil(missing / rate), batch_groups)
+    step = world_size // math.gcd(G, world_size)
+    return math.ceil(groups / step) * step
+
+
+def choose_groups(informative: torch.Tensor, needed: int) -> torch.Tensor:
+    """Indices of the ``needed`` groups that train, from the ``(M,)`` bool ``informative`` flags of every group
+    generated (in generation order): the first informative ones; at the cap, then the first others (they train
+    masked). Surplus informative groups are dropped, never kept for a later update (they would be off-policy)."""
+    order = torch.cat([informative.nonzero().view(-1), (~informative).nonzero().view(-1)])
+    return order[:needed]
+
+
+def rank_rows(rows: int, world_size: int, rank: int) -> slice:
+    """This rank's rows of ``rows`` gathered rows split evenly over ranks, rank-major (TRL's layout)."""
+    per_rank = rows // world_size
+    return slice(rank * per_rank, (rank + 1) * per_rank)
