@@ -47,7 +47,7 @@ def correct_sum_reward(completions, prompts, answer=None, **kwargs) -> list[floa
 
 
 def addition_dataset(n: int, seed: int = 0) -> Dataset:
-    """``n`` random prompts ``"a+b="`` (``a, b`` in 0..9, drawn with replacement): columns "prompt" and "answer" (int)."""
+    """``n`` random prompts ``"a+b="`` (``a, b`` in 0..9, with replacement): columns "prompt" and "answer" (int)."""
     rng = random.Random(seed)
     pairs = [(rng.randrange(10), rng.randrange(10)) for _ in range(n)]
     return Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in pairs], "answer": [a + b for a, b in pairs]})
@@ -108,7 +108,7 @@ def _padded_batch(prompts: list[list[int]], answers: list[list[int]], tokenizer)
 def mean_reward(
     model, tokenizer, dataset: Dataset, max_new_tokens: int = 4, temperature: float = 1.0, num_samples: int = 1
 ) -> float:
-    """Mean ``correct_sum_reward`` of ``num_samples`` completions per prompt, sampled at ``temperature`` (0: greedy)."""
+    """Mean ``correct_sum_reward`` of ``num_samples`` completions a prompt, sampled at ``temperature`` (0: greedy)."""
     prompts = list(dataset["prompt"]) * num_samples
     batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     device = next(model.parameters()).device

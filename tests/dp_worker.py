@@ -8,7 +8,7 @@ checksums before and after, and rank 0's logs. Scenarios:
 - ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
 - ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached.
 
-Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO
+Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
 """
 
 import json
@@ -21,7 +21,8 @@ from torch import distributed
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [TESTS, os.path.join(os.path.dirname(TESTS), "examples")]
-from conftest import OUR_CLASSES, answer_reward, constant_reward, move_policy_away, stub_generation  # noqa: E402
+from conftest import BASE_CLASSES, OUR_CLASSES, answer_reward, constant_reward, move_policy_away, stub_generation  # noqa: E402
+from trl_zerostd.config import ZERO_STD_FIELDS  # noqa: E402
 from tiny_model import build_tokenizer  # noqa: E402
 
 GLOBAL_BATCH = 8
@@ -53,11 +54,12 @@ def completions_for(prompts):
 
 
 def checksum(model):
-    return sum(p.double().sum().item() for p in model.parameters())
+    """Sum of every parameter, whole: under FSDP2 a parameter is a DTensor shard, gathered here (all ranks call)."""
+    return sum((p.full_tensor() if hasattr(p, "full_tensor") else p).double().sum().item() for p in model.parameters())
 
 
-def main(model_dir, out_dir, kind="grpo", scenario="masking"):
-    trainer_cls, config_cls = OUR_CLASSES[kind]
+def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", skip="skip"):
+    trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
     setup = SCENARIOS[scenario]
     settings = dict(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
@@ -65,15 +67,21 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking"):
         report_to="none", use_cpu=True, bf16=False, seed=0,
     )  # fmt: skip
     tokenizer = build_tokenizer()
+    settings = {**settings, **setup["config"]}
+    if trainer == "ours":
+        settings["skip_masked_rows"] = skip == "skip"
+    else:
+        settings = {key: value for key, value in settings.items() if key not in ZERO_STD_FIELDS}
     trainer = trainer_cls(
         model=model_dir,
         reward_funcs=setup["reward"],
-        args=config_cls(**{**settings, **setup["config"]}),
+        args=config_cls(**settings),
         train_dataset=Dataset.from_dict({"prompt": setup["prompts"]}),
         processing_class=tokenizer,
     )
     stub_generation(trainer, completions_for)
-    move_policy_away(trainer.model)  # the same perturbation on every rank: policy != reference, KL gradient non-zero
+    with torch.no_grad():  # the same perturbation on every rank: policy != reference, KL gradient non-zero
+        move_policy_away(trainer.model)
     trained_rows = []
 
     def record(output):

@@ -318,6 +318,16 @@ def recording_reward(calls, events=None):
     return reward
 
 
+def turns_and_env(prompts):
+    """A rollout_func's extra fields: one value per row, or one for all rows."""
+    return {"turns": list(range(len(prompts))), "env": "calc"}
+
+
+def tool_mask(ids):
+    """The first completion token is the model's, the rest a tool's output."""
+    return [1] + [0] * (len(ids) - 1)
+
+
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind):
     """Scored early (before the forwards), each reward function is still called once per generation batch, with
@@ -327,8 +337,7 @@ def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind)
         calls[ours] = []
         trainer = make_trainer(kind, ours=ours, reward_funcs=recording_reward(calls[ours]), **SCORING_CONFIG[kind])
         if kind == "grpo":  # a rollout_func's extra fields: one value per row, or one for all rows
-            extra = lambda prompts: {"turns": list(range(len(prompts))), "env": "calc"}
-            stub_rollout(trainer, TIED + INFORMATIVE, extra_fields=extra)
+            stub_rollout(trainer, TIED + INFORMATIVE, extra_fields=turns_and_env)
         else:
             stub_generation(trainer, TIED + INFORMATIVE)
         trainer.model.train()
@@ -417,7 +426,6 @@ def test_logged_token_means_cover_the_trained_tokens(make_trainer):
 
 def test_masked_rows_have_a_zero_tool_mask(make_trainer):
     """SEMANTICS: a masked row's completion_mask and tool_mask are all zero; a trained row keeps TRL's tool mask."""
-    tool_mask = lambda ids: [1] + [0] * (len(ids) - 1)
     batch = train_batch(make_trainer(), MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
     base = train_batch(make_trainer(ours=False), MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
     assert base["tool_mask"][:4].any() and not base["tool_mask"][4:, 1].any()

@@ -185,7 +185,7 @@ def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
 
 @pytest.mark.parametrize("reason", ["truncated", "unscorable", "rejected"])
 def test_group_of_tied_valid_rows_is_zero_variance_despite_a_differing_invalid_row(reason):
-    """[1, 1, 1, 5] with the 5 invalid: the group is zero-variance, rows 0-2 masked as zero_std, row 3 by its reason."""
+    """[1, 1, 1, 5], the 5 invalid: the group is zero-variance, rows 0-2 masked as zero_std, row 3 by its reason."""
     task = torch.tensor([1.0, 1.0, 1.0, 5.0, 0.0, 1.0, 1.0, 1.0])
     flags = {name: torch.zeros(8, dtype=torch.bool) for name in ("truncated", "unscorable", "rejected")}
     flags[reason][3] = True

@@ -192,7 +192,7 @@ def test_masked_row_rewards_do_not_move_any_advantage(data):
 
 
 def test_the_leak_check_detects_trl_leak():
-    """The check above can fail: in TRL's own GRPO and RLOO row 3's reward moves rows 0-2; masked in ours, it does not."""
+    """The check above can fail: in TRL's GRPO and RLOO row 3's reward moves rows 0-2; masked in ours, it does not."""
     rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0]])
     changed = torch.tensor([[1.0], [0.0], [0.0], [5.0]])  # the row we would mask (index 3) changes
     weights, g = torch.tensor([1.0]), 4
@@ -274,7 +274,7 @@ def test_nanstd_is_trl_nanstd(x, rows):
 @PROPERTY
 @given(data=st.data(), pattern=st.sampled_from(STAT_PATTERNS), rewards=st.sampled_from(["random", "all_nan", "flat"]))
 def test_advantages_are_finite_and_masked_rows_are_zero(data, pattern, rewards):
-    """Whatever ``stat_rows`` and rewards: finite advantages, exactly 0 outside ``stat_rows``; one row per group -> 0."""
+    """Whatever ``stat_rows`` and rewards: finite advantages, 0 outside ``stat_rows``; one row per group -> all 0."""
     batch = data.draw(batches(scales=SCALES | st.sampled_from([1e6, 1e-30])))
     if rewards == "all_nan":
         batch.rewards_per_func.fill_(math.nan)

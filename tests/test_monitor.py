@@ -1,6 +1,6 @@
 """Tests of ``trl_zerostd/monitor.py``: when the stall warning fires, and that it fires once."""
 
-from trl_zerostd.monitor import StallMonitor
+from trl_zerostd.monitor import StallMonitor, stall_advice
 
 
 def test_warns_after_patience_untrained_steps_and_only_once():
@@ -28,3 +28,12 @@ def test_state_round_trips():
     restored = StallMonitor(window=3)
     restored.load_state_dict(monitor.state_dict())
     assert restored.state_dict() == monitor.state_dict() == {"untrained_run": 1, "low_tied": [0.7], "warned": False}
+
+
+def test_advice_names_only_the_options_not_in_use():
+    assert "zero_std_kl='keep_failed'" in stall_advice() and "dynamic_sampling=True" in stall_advice()
+    assert "zero_std_kl" not in stall_advice(zero_std_kl="keep_failed")
+    assert "dynamic_sampling" not in stall_advice(dynamic_sampling=True)
+    assert "learning_rate" in stall_advice("keep", True)
+    monitor = StallMonitor(patience=1, advice=stall_advice(dynamic_sampling=True))
+    assert "dynamic_sampling" not in monitor.observe_step(0)

@@ -24,7 +24,7 @@ from ._refill import DynamicSamplingMixin
 from ._run_state import RunStateMixin
 from .config import check_compatible, masking_settings
 from .estimators import get_advantage_estimator
-from .monitor import StallMonitor
+from .monitor import StallMonitor, stall_advice
 
 
 @dataclass
@@ -68,7 +68,7 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
         self.masking = masking_settings(self.args)
         check_compatible(self.masking, self.args, self.trainer_kind)
         self.reward_range: tuple[float, float] | None = None
-        self.stall_monitor = StallMonitor()
+        self.stall_monitor = StallMonitor(advice=stall_advice(self.masking.zero_std_kl, self.masking.dynamic_sampling))
         self._generation_batch: GenerationBatch | None = None
         self._loss_call: LossCall | None = None
         self._rows_trained_this_step = 0

@@ -2,10 +2,13 @@
 
 Inside TRL's ``_generate``: round 1 generates TRL's own rows (the dataloader's), each further round the next
 prompts of a seeded ``PromptStream`` over the same dataset, through TRL's own ``_generate`` (so vLLM, rollout_func
-and tools work as they do in TRL). Every round's rewards are scored and gathered, so every rank takes the same
-decisions and runs the same rounds. The groups that train are chosen on the gathered batch; each rank then holds its
-slice of them, and TRL's ``prompts`` and ``inputs`` lists are refilled in place with those rows, so everything TRL
-does after generation (scoring forwards, advantages, logs) sees the batch that trains, in TRL's usual shape.
+and tools work as they do in TRL). Every round is a whole sequential decode, so the first one already generates,
+beside the dataloader's groups, as many more as the informative rate of earlier batches says the batch will need;
+a refill round is sized by the rate of this batch and the earlier ones (decayed counts). Every round's rewards are
+scored and gathered, so every rank takes the same decisions and runs the same rounds. The groups that train are
+chosen on the gathered batch; each rank then holds its slice of them, and TRL's ``prompts`` and ``inputs`` lists are
+refilled in place with those rows, so everything TRL does after generation (scoring forwards, advantages, logs) sees
+the batch that trains, in TRL's usual shape.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from accelerate.utils import gather_object
 from datasets import IterableDataset
 
 from . import core
-from .sampling import PromptStream, choose_groups, rank_rows, refill_groups
+from .sampling import PromptStream, choose_groups, first_round_extra, part_major_order, rank_rows, refill_groups
 
 logger = logging.getLogger("trl_zerostd")
+RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized by looks back ~10 batches
 
 
 @dataclass
@@ -45,6 +49,7 @@ class DynamicSamplingMixin:
 
     def _init_dynamic_sampling(self) -> None:
         self.prompt_stream = None
+        self.informative_history = (0.0, 0.0)  # decayed (informative, generated) group counts of earlier batches
         self._cap_warned = False
         if not self.masking.dynamic_sampling:
             return
@@ -62,14 +67,21 @@ class DynamicSamplingMixin:
         world, rank, G = self.accelerator.num_processes, self.accelerator.process_index, self.num_generations
         needed = len(batch.inputs) * world // G
         pool = GeneratedPool()
-        self._generate_round(pool, batch.inputs, prompts, generate)
+        seen_informative, seen_generated = self.informative_history
+        extra = first_round_extra(needed, seen_informative, seen_generated, world, G)
+        self._generate_round(pool, [(batch.inputs, list(prompts))] + ([self._stream_part(extra)] if extra else []),
+                             generate)  # fmt: skip
         rounds, (informative, generated) = 1, pool.groups()
         while informative < needed and rounds < self.masking.dynamic_sampling_max_rounds:
-            count = refill_groups(needed - informative, informative, generated, needed, world, G)
-            rows = [dict(self.train_dataset[i]) for i in self.prompt_stream.take(count) for _ in range(G)]
-            local = rows[rank_rows(len(rows), world, rank)]
-            self._generate_round(pool, local, [row["prompt"] for row in local], generate)
+            count = refill_groups(
+                needed - informative, informative + seen_informative, generated + seen_generated, needed, world, G
+            )
+            self._generate_round(pool, [self._stream_part(count)], generate)
             rounds, (informative, generated) = rounds + 1, pool.groups()
+        self.informative_history = (
+            RATE_DECAY * (seen_informative + informative),
+            RATE_DECAY * (seen_generated + generated),
+        )
         if informative < needed:
             self._cap_reached(informative, generated, needed)
         chosen = choose_groups(torch.cat(pool.informative), needed)
@@ -81,14 +93,30 @@ class DynamicSamplingMixin:
         self._log_refill(rounds, generated, needed, informative < needed, rewards)
         return self._join_generated([pool.records[i] for i in local_ids]), rewards[row_ids], truncated[row_ids]
 
-    def _generate_round(self, pool: GeneratedPool, rows: list[dict], prompts: list, generate) -> None:
+    def _stream_part(self, groups: int) -> tuple[list[dict], list]:
+        """This rank's rows and prompts of the next ``groups`` prompts of the stream, ``G`` rows each."""
+        world, rank, G = self.accelerator.num_processes, self.accelerator.process_index, self.num_generations
+        rows = [dict(self.train_dataset[i]) for i in self.prompt_stream.take(groups) for _ in range(G)]
+        local = rows[rank_rows(len(rows), world, rank)]
+        return local, [row["prompt"] for row in local]
+
+    def _generate_round(self, pool: GeneratedPool, parts: list[tuple[list[dict], list]], generate) -> None:
+        """One decode pass over this rank's rows of every part; the pool gets them gathered, part by part."""
+        rows = [row for part_rows, _ in parts for row in part_rows]
+        prompts = [prompt for _, part_prompts in parts for prompt in part_prompts]
         generated = generate(prompts)
         rewards_per_func, truncated = self._score_generation(rows, prompts, generated)
+        order = part_major_order([len(part_rows) for part_rows, _ in parts], self.accelerator.num_processes)
+        rewards_per_func, truncated = (
+            rewards_per_func[order.to(rewards_per_func.device)],
+            truncated[order.to(truncated.device)],
+        )
         task_rewards = self._task_rewards(rewards_per_func)
         valid = ~(truncated | core.unscorable_rows(rewards_per_func))
         zero_std = core.zero_std_groups(task_rewards, valid, self.num_generations, self.masking.zero_std_atol)
-        pool.rows += gather_object(list(rows))
-        pool.records += gather_object(self._split_generated(generated))
+        gathered_rows, records = gather_object(rows), gather_object(self._split_generated(generated))
+        pool.rows += [gathered_rows[i] for i in order.tolist()]
+        pool.records += [records[i] for i in order.tolist()]
         pool.rewards_per_func.append(rewards_per_func)
         pool.truncated.append(truncated)
         pool.informative.append(~zero_std.cpu())

@@ -77,6 +77,7 @@ class RunStateMixin:
             "reward_range": self.reward_range,
             "stall_monitor": self.stall_monitor.state_dict(),
             "prompt_stream": self.prompt_stream.state_dict() if self.prompt_stream is not None else None,
+            "informative_history": self.informative_history,
         }
 
     def _restore_package_state(self, state: dict) -> None:
@@ -89,3 +90,4 @@ class RunStateMixin:
         self.stall_monitor.load_state_dict(state["stall_monitor"])
         if self.prompt_stream is not None and state.get("prompt_stream") is not None:
             self.prompt_stream.load_state_dict(state["prompt_stream"])
+            self.informative_history = tuple(state["informative_history"])

@@ -6,11 +6,22 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-STALL_ADVICE = (
-    "Masked zero-variance groups put no gradient, KL term included, so nothing pulls a policy whose groups all "
-    "fail back toward the reference. Options: a lower learning_rate; zero_std_kl='keep_failed' (keeps the KL term "
-    "on groups that failed together); dynamic_sampling=True (refills the batch with informative groups)."
-)
+OPTIONS = {
+    "learning_rate": "a lower learning_rate",
+    "zero_std_kl": "zero_std_kl='keep_failed' (keeps the KL term on groups that failed together)",
+    "dynamic_sampling": "dynamic_sampling=True (refills the batch with informative groups)",
+}
+
+
+def stall_advice(zero_std_kl: str = "mask", dynamic_sampling: bool = False) -> str:
+    """Why a stall happens and the ways out that the run does not use yet."""
+    options = [OPTIONS["learning_rate"]]
+    options += [OPTIONS["zero_std_kl"]] if zero_std_kl == "mask" else []
+    options += [OPTIONS["dynamic_sampling"]] if not dynamic_sampling else []
+    return (
+        "Masked zero-variance groups put no policy gradient, so little pulls a policy whose groups all fail back "
+        f"toward the reference. Options: {'; '.join(options)}."
+    )
 
 
 @dataclass
@@ -25,6 +36,7 @@ class StallMonitor:
     patience: int = 3
     window: int = 20
     low_tied_threshold: float = 0.5
+    advice: str = field(default_factory=stall_advice)
     untrained_run: int = 0
     low_tied: deque = field(default_factory=deque)
     warned: bool = False
@@ -53,7 +65,7 @@ class StallMonitor:
         if self.warned:
             return None
         self.warned = True
-        return f"trl_zerostd: training is stalling: {reason}. {STALL_ADVICE}"
+        return f"trl_zerostd: training is stalling: {reason}. {self.advice}"
 
     def state_dict(self) -> dict:
         return {"untrained_run": self.untrained_run, "low_tied": list(self.low_tied), "warned": self.warned}

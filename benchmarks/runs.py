@@ -1,0 +1,70 @@
+"""Runs of the main job (examples/train_grpo.py defaults) for the studies in benchmarks/: one arm, learning rate and
+seed per run, several at a time, each cached as JSON (a run already written is not run again)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+FINAL_WINDOW = 20  # steps averaged for a run's final reward
+RECORDED = {  # record key -> logged metric (absent metrics give None)
+    "reward": "reward",
+    "grad_norm": "grad_norm",
+    "step_time": "step_time",
+    "num_tokens": "num_tokens",
+    "masked_group_frac": "zero_std/masked_group_frac",
+    "all_low_group_frac": "zero_std/all_low_group_frac",
+    "untrained_step_frac": "zero_std/untrained_step_frac",
+    "generated_groups": "dynamic_sampling/generated_groups",
+}
+
+
+def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
+    """``(arm, flags, learning_rate, seed, max_steps, path)``: train, write the per-step record to ``path``, return it.
+
+    ``flags`` are the arm's extra CLI flags; the arm "trl" trains TRL's own GRPOTrainer (package flags dropped)."""
+    arm, flags, lr, seed, max_steps, path = job
+    if Path(path).exists():
+        return json.loads(Path(path).read_text())
+    from train_cli import run, without_package_flags
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+
+    argv = [
+        "--learning_rate", str(lr), "--seed", str(seed), "--max_steps", str(max_steps), "--plot", "false",
+        "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
+    ]  # fmt: skip
+    if arm == "trl":
+        trainer = run(GRPOTrainer, GRPOConfig, without_package_flags(argv))
+    else:
+        trainer = run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, argv)
+    steps = [entry for entry in trainer.state.log_history if "reward" in entry]
+    record = {"arm": arm, "learning_rate": lr, "seed": seed}
+    record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})
+    Path(path).write_text(json.dumps(record))
+    return record
+
+
+def run_all(jobs: list[tuple], processes: int) -> list[dict]:
+    """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar."""
+    from tqdm.auto import tqdm
+
+    for job in jobs:
+        Path(job[-1]).parent.mkdir(parents=True, exist_ok=True)
+    with multiprocessing.get_context("spawn").Pool(processes, maxtasksperchild=1) as pool:
+        return list(tqdm(pool.imap(run_one, jobs), total=len(jobs), desc="runs"))
+
+
+def final_reward(record: dict) -> float:
+    return statistics.fmean(record["reward"][-FINAL_WINDOW:])
+
+
+def moving(values: list[float], window: int = FINAL_WINDOW) -> list[float]:
+    """Trailing moving average (shorter at the start)."""
+    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]

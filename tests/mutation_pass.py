@@ -1,0 +1,244 @@
+"""A short pass of hand mutations over the pure core and the trainer plumbing: each must make a test fail.
+
+    .venv/bin/python tests/mutation_pass.py            # every mutation; prints killed / SURVIVED per mutation
+    .venv/bin/python tests/mutation_pass.py core       # only those whose label contains "core"
+
+Each mutation replaces one exact snippet of one file (it must occur exactly once), runs the test suite with -x
+(the fast files first), and restores the file. Not collected by pytest (no test_ prefix).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_ORDER = [
+    "tests/test_core.py", "tests/test_estimators.py", "tests/test_sampling.py", "tests/test_monitor.py",
+    "tests/test_grpo.py", "tests/test_rloo.py", "tests/test_adapter.py", "tests/test_refill.py",
+    "tests/test_config.py", "tests/test_distributed.py",
+]  # fmt: skip
+
+MUTATIONS = [  # (label, file, original, mutant)
+    (
+        "core: fewer than 2 valid rows is not zero-variance",
+        "core.py",
+        "return (count < 2) | ((high - low) <= atol)",
+        "return (high - low) <= atol",
+    ),
+    ("core: spread strictly below atol", "core.py", "((high - low) <= atol)", "((high - low) < atol)"),
+    (
+        "core: truncated rows masked as ours",
+        "core.py",
+        "role[truncated] = RowRole.TRL_MASKED",
+        "role[truncated] = RowRole.OUT",
+    ),
+    (
+        "core: invalid rows of a tied group masked as zero_std",
+        "core.py",
+        "zero_std = expand_groups(zero_groups, num_generations) & valid",
+        "zero_std = expand_groups(zero_groups, num_generations)",
+    ),
+    (
+        "core: masked rows stay in the statistics",
+        "core.py",
+        "stat_rows=trainable if exclude_masked_from_baseline else ~unscorable",
+        "stat_rows=~unscorable",
+    ),
+    (
+        "core: keep_failed keeps the all-correct groups",
+        "core.py",
+        '"keep_failed": low_tied',
+        '"keep_failed": high_tied',
+    ),
+    (
+        "core: a tied group with no valid row counts as tied",
+        "core.py",
+        "return (count > 0) & ((high - level).abs()",
+        "return ((high - level).abs()",
+    ),
+    (
+        "core: reward range keeps the max as low end",
+        "core.py",
+        "return min(reward_range[0], low), max(reward_range[1], high)",
+        "return max(reward_range[0], low), max(reward_range[1], high)",
+    ),
+    (
+        "core: scoring forward may forward zero rows",
+        "core.py",
+        "count = max(int(needed.sum(dim=1).max()), 1)",
+        "count = int(needed.sum(dim=1).max())",
+    ),
+    (
+        "core: scoring forward picks the rows not needed",
+        "core.py",
+        "torch.argsort((~needed[rank]).int(), stable=True)",
+        "torch.argsort(needed[rank].int(), stable=True)",
+    ),
+    (
+        "core: exclude drops TRL's own masked rows",
+        "core.py",
+        "else role != RowRole.OUT",
+        "else role >= RowRole.KL_ONLY",
+    ),
+    ("core: exclude keeps no row when all are masked", "core.py", "        keep[0] = True\n", "        pass\n"),
+    ("core: truncation test inverted", "core.py", "ids[-1] not in stop", "ids[-1] in stop"),
+    (
+        "core: NaN sampling log-probs reject",
+        "core.py",
+        "torch.nan_to_num((old_logps - sampling_logps) * loss_mask, nan=0.0)",
+        "((old_logps - sampling_logps) * loss_mask)",
+    ),
+    (
+        "estimators: masked rows enter GRPO's group statistics",
+        "estimators.py",
+        'rewards = (rewards_per_func * weights).nansum(dim=1).masked_fill(~stat_rows, float("nan"))',
+        "rewards = (rewards_per_func * weights).nansum(dim=1)",
+    ),
+    (
+        "estimators: RLOO baseline over the whole group",
+        "estimators.py",
+        "baselines = ((sums - group_rewards) / (counts - 1)).view(-1)",
+        "baselines = ((sums - group_rewards) / counts).view(-1)",
+    ),
+    (
+        "estimators: rows outside the statistics keep an advantage",
+        "estimators.py",
+        "return torch.nan_to_num(advantages, nan=0.0).masked_fill(~stat_rows, 0.0)",
+        "return torch.nan_to_num(advantages, nan=0.0)",
+    ),
+    (
+        "sampling: refill ignores the informative rate",
+        "sampling.py",
+        "groups = min(math.ceil(missing / rate), batch_groups)",
+        "groups = min(missing, batch_groups)",
+    ),
+    (
+        "sampling: surplus informative groups kept over masked ones",
+        "sampling.py",
+        "order = torch.cat([informative.nonzero().view(-1), (~informative).nonzero().view(-1)])",
+        "order = torch.arange(len(informative))",
+    ),
+    (
+        "sampling: the stream does not reshuffle passes",
+        "sampling.py",
+        "self.seed + STREAM_SEED_OFFSET + self.epoch",
+        "self.seed + STREAM_SEED_OFFSET",
+    ),
+    ("adapter: masked rows keep their advantage", "_adapter.py", ").masked_fill(plan.masked, 0.0)", ")"),
+    (
+        "adapter: tool_mask of masked rows not zeroed",
+        "_adapter.py",
+        '            output["tool_mask"] = output["tool_mask"] * forwarded\n',
+        "            pass\n",
+    ),
+    (
+        "adapter: exclude keeps TRL's num_items_in_batch",
+        "_adapter.py",
+        'output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])',
+        "pass",
+    ),
+    (
+        "adapter: scoring forwards forward every row",
+        "_adapter.py",
+        "            batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)\n",
+        "            pass\n",
+    ),
+    (
+        "adapter: truncation masked without mask_truncated_completions",
+        "_adapter.py",
+        "& bool(self.mask_truncated_completions)",
+        "",
+    ),
+    (
+        "adapter: the completions table keeps TRL's advantages",
+        "_run_state.py",
+        "        logged.extend(advantages.tolist())\n",
+        "        pass\n",
+    ),
+    (
+        "loss: a MoE aux loss of an all-masked rank keeps its weight",
+        "_loss.py",
+        "            aux_loss = 0.0 * aux_loss\n",
+        "            pass\n",
+    ),
+    (
+        "loss: KL-only rows get an entropy bonus",
+        "_loss.py",
+        "torch.where(kl_only, entropies.detach(), entropies)",
+        "entropies",
+    ),
+    ("loss: exclude drops nothing", "_loss.py", "        if len(kept) < len(role):\n", "        if False:\n"),
+    ("loss: untrained steps counted as trained", "_loss.py", "append(float(total == 0))", "append(float(total != 0))"),
+    (
+        "grpo: placeholders keep TRL's reference log-probs",
+        "grpo.py",
+        'role < core.RowRole.KL_ONLY, call.fill_logps, inputs["ref_per_token_logps"]',
+        'role < 0, call.fill_logps, inputs["ref_per_token_logps"]',
+    ),
+    (
+        "grpo: bnpo keep loses the masked rows' tokens",
+        "grpo.py",
+        'if self.loss_type == "bnpo" and self.masking.zero_std_normalization == "keep":',
+        "if False:",
+    ),
+    (
+        "grpo: entropy quantile over every row",
+        "grpo.py",
+        "            mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)\n",
+        "            pass\n",
+    ),
+    (
+        "rloo: masked rows keep their old_logps",
+        "rloo.py",
+        'output["old_logps"] = output["old_logps"].masked_fill(role < core.RowRole.KL_ONLY, 0.0)',
+        "pass",
+    ),
+    (
+        "rloo: rows in the statistics skip the scoring forwards",
+        "rloo.py",
+        "return plan.forwarded | plan.stat_rows",
+        "return plan.forwarded",
+    ),
+    (
+        "monitor: stall needs one more step",
+        "monitor.py",
+        "if self.untrained_run >= self.patience:",
+        "if self.untrained_run > self.patience:",
+    ),
+]
+
+
+def run(label_filter: str = "") -> int:
+    python = sys.executable
+    survivors = []
+    for label, name, original, mutant in MUTATIONS:
+        if label_filter not in label:
+            continue
+        path = ROOT / "trl_zerostd" / name
+        source = path.read_text()
+        if source.count(original) != 1:
+            print(f"STALE   {label}: the snippet occurs {source.count(original)} times in {name}")
+            survivors.append(label)
+            continue
+        path.write_text(source.replace(original, mutant))
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TEST_ORDER],
+                                  cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+        finally:
+            path.write_text(source)
+        killed = done.returncode != 0
+        failed = next((line for line in done.stdout.splitlines() if line.startswith("FAILED")), "")
+        print(f"{'killed ' if killed else 'SURVIVED'} {label} ({time.perf_counter() - start:.0f} s) {failed[:120]}",
+              flush=True)  # fmt: skip
+        if not killed:
+            survivors.append(label)
+    print(f"{len(survivors)} survived: {survivors}")
+    return len(survivors)
+
+
+if __name__ == "__main__":
+    sys.exit(1 if run(sys.argv[1] if len(sys.argv) > 1 else "") else 0)
