@@ -5,7 +5,8 @@ sampling (and any other arm in ARMS), over several seeds.
     python benchmarks/learning_curves.py --arms trl dynamic --seeds 0 --max_steps 100
 
 Every run is the main job (examples/train_grpo.py defaults) with the arm's flags; runs are cached as JSON in
---runs_dir. Wall clock is the sum of TRL's logged ``step_time`` (generation, scoring and update of each step);
+--runs_dir. The reward is that of the policy's samples: TRL's ``reward``, or under dynamic sampling (whose ``reward``
+describes only the informative groups that train) the mean over every group generated. Wall clock is the sum of TRL's logged ``step_time`` (generation, scoring and update of each step);
 generation tokens are TRL's ``num_tokens`` (prompt and completion tokens of every generated row, refills included).
 Writes --table (Markdown) and --plot.
 """
@@ -17,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runs import final_reward, moving, run_all
+from runs import final_reward, moving, policy_reward, run_all
 
 ARMS = {
     "trl": [],
@@ -45,7 +46,7 @@ def cumulative(values: list[float | None]) -> list[float]:
 
 def reached(record: dict, threshold: float) -> tuple[float | None, float | None]:
     """Wall seconds and generation tokens at which the reward's moving average first reaches ``threshold``."""
-    for step, value in enumerate(moving(record["reward"])):
+    for step, value in enumerate(moving(policy_reward(record))):
         if value >= threshold:
             return cumulative(record["step_time"])[step], record["num_tokens"][step]
     return None, None
@@ -88,12 +89,12 @@ def plot(records: list[dict], args: CurveArguments) -> None:
     for index, arm in enumerate(args.arms):
         for run_index, record in enumerate(r for r in records if r["arm"] == arm):
             label = arm if run_index == 0 else None
-            rewards = moving(record["reward"])
+            rewards = moving(policy_reward(record))
             axes[0].plot(cumulative(record["step_time"]), rewards, color=f"C{index}", alpha=0.7, label=label)
             axes[1].plot([t / 1e6 for t in record["num_tokens"]], rewards, color=f"C{index}", alpha=0.7, label=label)
     axes[0].set_xlabel("wall clock (s, sum of step times)")
     axes[1].set_xlabel("generation tokens (millions, TRL's num_tokens)")
-    axes[0].set_ylabel("reward (20-step moving average)")
+    axes[0].set_ylabel("reward of the policy's samples (20-step moving average)")
     for axis in axes:
         axis.axhline(args.threshold, color="grey", linestyle=":", linewidth=1)
         axis.grid(alpha=0.3)

@@ -21,6 +21,7 @@ RECORDED = {  # record key -> logged metric (absent metrics give None)
     "all_low_group_frac": "zero_std/all_low_group_frac",
     "untrained_step_frac": "zero_std/untrained_step_frac",
     "generated_groups": "dynamic_sampling/generated_groups",
+    "generated_reward": "dynamic_sampling/generated_reward_mean",  # dynamic sampling: over every group generated
 }
 
 
@@ -61,8 +62,15 @@ def run_all(jobs: list[tuple], processes: int) -> list[dict]:
         return list(tqdm(pool.imap(run_one, jobs), total=len(jobs), desc="runs"))
 
 
+def policy_reward(record: dict) -> list[float]:
+    """The reward of the policy's samples: under dynamic sampling TRL's ``reward`` describes only the batch that
+    trains (tied groups dropped), so the mean over every group generated is the comparable one."""
+    generated = record.get("generated_reward") or [None]
+    return record["reward"] if generated[0] is None else generated
+
+
 def final_reward(record: dict) -> float:
-    return statistics.fmean(record["reward"][-FINAL_WINDOW:])
+    return statistics.fmean(policy_reward(record)[-FINAL_WINDOW:])
 
 
 def moving(values: list[float], window: int = FINAL_WINDOW) -> list[float]:
