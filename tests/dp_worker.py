@@ -11,6 +11,7 @@ checksums before and after, and rank 0's logs. Scenarios:
 Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -22,8 +23,9 @@ from torch import distributed
 TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [TESTS, os.path.join(os.path.dirname(TESTS), "examples")]
 from conftest import BASE_CLASSES, OUR_CLASSES, answer_reward, constant_reward, move_policy_away, stub_generation  # noqa: E402
-from trl_zerostd.config import ZERO_STD_FIELDS  # noqa: E402
 from tiny_model import build_tokenizer  # noqa: E402
+
+from trl_zerostd.config import ZERO_STD_FIELDS  # noqa: E402
 
 GLOBAL_BATCH = 8
 # Completions cycle with period 2 over a prompt's rows in one generation call, so they do not depend on how a group's
@@ -53,17 +55,60 @@ def completions_for(prompts):
     return texts
 
 
+def force_cpu_fsdp():
+    """Test harness: accelerate (1.15) enables FSDP only from a GPU-like distributed type, so under ``use_cpu`` an FSDP
+    config silently runs as DDP (``MULTI_CPU``). PyTorch's FSDP2 itself shards over gloo on CPU; switching
+    accelerate's state to FSDP when the launch asked for it makes the trainer wrap the model with FSDP2."""
+    import accelerate.state
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    init = accelerate.state.AcceleratorState.__init__
+
+    def init_with_fsdp(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.distributed_type == DistributedType.MULTI_CPU and os.environ.get("ACCELERATE_USE_FSDP") == "true":
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = getattr(self, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
+        if self.distributed_type == DistributedType.MULTI_CPU and os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+            from accelerate.utils import DeepSpeedPlugin
+
+            plugin = DeepSpeedPlugin()
+            plugin.set_mixed_precision("no")
+            plugin.select(_from_accelerator_state=True)
+            self.distributed_type, self.deepspeed_plugins = DistributedType.DEEPSPEED, plugin
+
+    accelerate.state.AcceleratorState.__init__ = init_with_fsdp
+
+
+def whole_parameters(model):
+    """A context in which every parameter is whole: ZeRO-3 partitions them from construction on (gathered here, every
+    rank calls; rank 0's changes are kept)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0)
+
+
 def checksum(model):
-    """Sum of every parameter, whole: under FSDP2 a parameter is a DTensor shard, gathered here (all ranks call)."""
-    return sum((p.full_tensor() if hasattr(p, "full_tensor") else p).double().sum().item() for p in model.parameters())
+    """Sum of every parameter, whole: FSDP2's DTensor shards and ZeRO-3's partitions are gathered (all ranks call)."""
+    with whole_parameters(model):
+        return sum(
+            (p.full_tensor() if hasattr(p, "full_tensor") else p).double().sum().item() for p in model.parameters()
+        )
 
 
 def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", skip="skip"):
     trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
     setup = SCENARIOS[scenario]
+    if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+        force_cpu_fsdp()
     settings = dict(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
-        num_generations=4, max_completion_length=6, beta=0.1, max_steps=1, logging_steps=1, save_strategy="no",
+        num_generations=4, max_completion_length=6, beta=0.1, learning_rate=1e-2, max_steps=1, logging_steps=1,
+        save_strategy="no",
         report_to="none", use_cpu=True, bf16=False, seed=0,
     )  # fmt: skip
     tokenizer = build_tokenizer()
@@ -80,7 +125,7 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         processing_class=tokenizer,
     )
     stub_generation(trainer, completions_for)
-    with torch.no_grad():  # the same perturbation on every rank: policy != reference, KL gradient non-zero
+    with torch.no_grad(), whole_parameters(trainer.model):  # policy != reference, so the KL gradient is non-zero
         move_policy_away(trainer.model)
     trained_rows = []
 
@@ -104,6 +149,8 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         "rows": trained_rows,
         "checksum_before": before,
         "checksum": checksum(trainer.model),
+        "sharded": any(hasattr(p, "full_tensor") for p in trainer.model.parameters()),  # FSDP2's DTensor shards
+        "distributed_type": str(trainer.accelerator.distributed_type),
     }
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]

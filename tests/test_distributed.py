@@ -5,6 +5,7 @@ training config (``tests/dp_worker.py``). The global batch is two groups of 4, o
 """
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,13 @@ WORKER = Path(__file__).parent / "dp_worker.py"
 TIMEOUT_S = 300
 
 
+def free_port() -> str:
+    """A port no other launch holds (a fixed one can still be in use by the previous launch's rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def launch(model_dir, out_dir, kind, scenario, num_processes=2):
     """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results."""
     out_dir.mkdir()
@@ -24,7 +32,8 @@ def launch(model_dir, out_dir, kind, scenario, num_processes=2):
     else:
         command = [
             sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29533",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", free_port(),
             str(WORKER), model_dir, str(out_dir), kind, scenario,
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
