@@ -22,6 +22,9 @@ RECORDED = {  # record key -> logged metric (absent metrics give None)
     "untrained_step_frac": "zero_std/untrained_step_frac",
     "generated_groups": "dynamic_sampling/generated_groups",
     "generated_reward": "dynamic_sampling/generated_reward_mean",  # dynamic sampling: over every group generated
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "informative_group_frac": "dynamic_sampling/informative_group_frac",
+    "skipped_frac": "prompt_skip/skipped_frac",
 }
 
 
@@ -48,6 +51,7 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     steps = [entry for entry in trainer.state.log_history if "reward" in entry]
     record = {"arm": arm, "learning_rate": lr, "seed": seed}
     record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})
+    record["eval"] = [[e["step"], e["eval_reward"]] for e in trainer.state.log_history if "eval_reward" in e]
     Path(path).write_text(json.dumps(record))
     return record
 

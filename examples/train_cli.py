@@ -153,6 +153,7 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
+        eval_dataset=train_dataset if training_args.eval_strategy != "no" else None,  # --eval_strategy: on its prompts
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )

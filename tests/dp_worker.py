@@ -6,7 +6,8 @@ checksums before and after, and rank 0's logs. Scenarios:
 
 - ``masking``: prompts "1+1=" (tied) and "2+3=" (informative), one step;
 - ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
-- ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached.
+- ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached;
+- ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps.
 
 Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
 """
@@ -42,6 +43,11 @@ SCENARIOS = {
         "prompts": list(COMPLETIONS),
         "config": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 3},
         "reward": constant_reward,
+    },
+    "skipping": {
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "max_steps": 3},
+        "reward": answer_reward,
     },
 }
 
@@ -152,6 +158,10 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         "sharded": any(hasattr(p, "full_tensor") for p in trainer.model.parameters()),  # FSDP2's DTensor shards
         "distributed_type": str(trainer.accelerator.distributed_type),
     }
+    skipper = getattr(trainer, "prompt_skipper", None)
+    if skipper is not None:
+        result["skip_history"] = {"kind": skipper.history.kind.tolist(), "streak": skipper.history.streak.tolist()}
+        result["explore_probs"] = skipper.explore.state_dict()
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:

@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from dp_worker import SCENARIOS
 from dp_worker import main as run_worker
+
+from trl_zerostd.skipping import Outcome
 
 WORKER = Path(__file__).parent / "dp_worker.py"
 TIMEOUT_S = 300
@@ -83,3 +86,18 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir,
         assert result["checksum"] == result["checksum_before"]
     assert results[0]["logs"][0]["dynamic_sampling/cap_reached"] == 1.0
     assert results[0]["logs"][0]["dynamic_sampling/rounds"] == 3
+
+
+def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path):
+    """Every rank records the same outcome per prompt and takes the same skip decisions as one process."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "skipping")
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "skipping", num_processes=1)
+    assert by_row(ranks) == by_row(single)
+    for result in ranks:
+        assert result["skip_history"] == single[0]["skip_history"]
+        assert result["explore_probs"] == single[0]["explore_probs"]
+    kinds = dict(zip(SCENARIOS["skipping"]["prompts"], single[0]["skip_history"]["kind"], strict=True))
+    assert kinds["1+1="] == Outcome.ALL_HIGH  # drawn at least once in 3 steps, always all right
+    assert {kinds[p] for p in ("2+3=", "4+4=", "3+5=")} == {Outcome.INFORMATIVE}
+    drawn = [entry["prompt_skip/prompts_drawn"] for entry in ranks[0]["logs"]]
+    assert drawn == [entry["prompt_skip/prompts_drawn"] for entry in single[0]["logs"]]

@@ -187,6 +187,17 @@ def test_truncated_outlier_does_not_move_siblings(make_trainer, exclude_from_bas
         assert not torch.equal(advantages[100.0], advantages[-50.0])
 
 
+def test_truncated_row_trains_as_in_trl_without_mask_truncated_completions(make_trainer):
+    """TRL's default ``mask_truncated_completions=False`` trains truncated rows: so do we, in every statistic."""
+    reward = table_reward({"5 x": 100.0, "3": 0.0, "5": 1.0, "9 yy": 0.0})
+    batches = [
+        train_batch(make_trainer(reward_funcs=reward, ours=ours), ["2+3="], ["5 x|", "3", "5", "9 yy"])
+        for ours in (True, False)
+    ]
+    assert batches[0]["completion_mask"][0].sum() > 0
+    torch.testing.assert_close(batches[0]["advantages"], batches[1]["advantages"])
+
+
 def expected_group_advantages(rewards):
     rewards = torch.tensor(rewards)
     return (rewards - rewards.mean()) / (rewards.std() + 1e-4)
@@ -322,14 +333,14 @@ def recording_entropy_masks(trainer):
     return selected
 
 
-@pytest.mark.parametrize("normalization", ["keep", "exclude"])
-def test_entropy_quantile_selects_the_tokens_trl_selects_on_the_trained_rows(make_trainer, normalization):
+@pytest.mark.parametrize("normalization, zero_std_kl", [("keep", "mask"), ("exclude", "mask"), ("keep", "keep")])
+def test_entropy_quantile_selects_the_tokens_trl_selects_on_the_trained_rows(make_trainer, normalization, zero_std_kl):
     """top_entropy_quantile < 1: the high-entropy tokens that train are those TRL selects on the informative group
-    alone; masked rows' tokens would otherwise enter the quantile as zero entropies. Under 'exclude' the gradients
-    (entropy bonus included) are TRL's on the informative group alone too."""
+    alone; masked rows' tokens (and those of rows kept for their KL term) would otherwise enter the quantile. Under
+    'exclude' the gradients (entropy bonus included) are TRL's on the informative group alone too."""
     config = {"beta": 0.1, "top_entropy_quantile": 0.5, "entropy_coef": 0.05}
     base = make_trainer(ours=False, **config)
-    ours = make_trainer(zero_std_normalization=normalization, **config)
+    ours = make_trainer(zero_std_normalization=normalization, zero_std_kl=zero_std_kl, **config)
     for trainer in (base, ours):
         move_policy_away(trainer.model)
     base_selected, ours_selected = recording_entropy_masks(base), recording_entropy_masks(ours)

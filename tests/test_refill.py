@@ -1,5 +1,6 @@
-"""Dynamic sampling through the trainers (``trl_zerostd/_refill.py``): refill rounds, the cap, reproducibility,
-resume, eval identity, and the trained batch against TRL's on the same groups."""
+"""Dynamic sampling and prompt skipping through the trainers (``trl_zerostd/_refill.py``): refill rounds, the cap,
+reproducibility, resume, eval identity, the trained batch against TRL's on the same groups, skip decisions and the
+per-prompt history."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from conftest import (
     train_batch,
 )
 
-from trl_zerostd._run_state import STATE_FILE
+from trl_zerostd._run_state import SKIP_STATE_FILE, STATE_FILE
+from trl_zerostd.sampling import PromptStream
+from trl_zerostd.skipping import Outcome
 
 DATA = ["1+1=", "2+3=", "4+4=", "3+5="]  # "1+1=" is always answered right: a tied group; the others are informative
 DYNAMIC = {"dynamic_sampling": True, "beta": 0.1}
@@ -148,3 +151,106 @@ def test_bad_settings_are_named(make_trainer, tmp_path):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, dynamic_sampling_max_rounds=0)
     with pytest.raises(ValueError, match="dynamic_sampling_on_cap"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, dynamic_sampling_on_cap="drop")
+
+
+# -- prompt skipping -------------------------------------------------------------------------------------------
+
+SKIP = {"skip_zero_std_prompts": True, "beta": 0.1}
+
+
+def trained_groups(trainer, steps):
+    """The prompts of every group trained in ``steps`` batches (under skipping the dataloader's are not used)."""
+    prompts = []
+    for _ in range(steps):
+        prompts += group_prompts(trainer, train_batch(trainer, ["2+3=", "4+4="], tied_or_informative))
+    return prompts
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_a_prompt_tied_before_is_skipped_and_its_history_says_why(make_trainer, kind):
+    """ "1+1=" is always all right: after its first draws it is skipped (at p ** streak), the others never are."""
+    steps = 24
+    trainer = make_trainer(kind, prompts=DATA, **SKIP)
+    drawn = trained_groups(trainer, steps)  # without dynamic sampling: every group generated
+    assert len(drawn) == 2 * steps
+    assert drawn.count("1+1=") < steps * 2 / 4 / 2  # a quarter of the draws without skipping
+    history, metrics = trainer.prompt_skipper.history, trainer._metrics["train"]
+    assert history.kind.tolist() == [Outcome.ALL_HIGH, 0, 0, 0]  # DATA's rows; 0: informative
+    assert int(history.streak[0]) == drawn.count("1+1=")
+    assert sum(metrics["prompt_skip/skipped_frac"]) > 0 and len(metrics["prompt_skip/prompts_drawn"]) == steps
+    assert metrics["prompt_skip/explore_prob_all_high"][-1] != metrics["prompt_skip/explore_prob_all_low"][-1]
+
+
+def test_skipping_with_dynamic_sampling_generates_fewer_zero_variance_groups(make_trainer):
+    """Same data, full informative batches trained, a smaller zero-variance share of the groups generated than under
+    dynamic sampling alone (whose first round takes the dataloader's prompts: a seeded pass over DATA, as TRL's
+    sampler serves them; a quarter of them tied)."""
+    informative_frac = {}
+    for name, config in {"dynamic": DYNAMIC, "skip": {**DYNAMIC, **SKIP}}.items():
+        trainer, dataloader = make_trainer(prompts=DATA, **config), PromptStream(len(DATA), seed=1)
+        for _ in range(24):
+            train_batch(trainer, [DATA[i] for i in dataloader.take(2)], tied_or_informative)
+        metrics = trainer._metrics["train"]
+        assert max(metrics["zero_std/masked_group_frac"]) == 0.0
+        informative_frac[name] = sum(metrics["dynamic_sampling/informative_group_frac"]) / 24
+    assert 1 - informative_frac["skip"] < 0.5 * (1 - informative_frac["dynamic"])
+
+
+def test_same_seed_same_skip_decisions(make_trainer):
+    runs = []
+    for _ in range(2):
+        trainer = make_trainer(prompts=DATA, **SKIP)
+        runs.append((trained_groups(trainer, 8), trainer.prompt_skipper.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1]["history"]["streak"], runs[1][1]["history"]["streak"])
+    assert runs[0][1]["explore"] == runs[1][1]["explore"]
+
+
+def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer):
+    trainer = make_trainer(prompts=DATA, max_steps=4, save_strategy="steps", save_steps=3, **SKIP)
+    stub_generation(trainer, tied_or_informative)
+    trainer.train()
+    checkpoint = f"{trainer.args.output_dir}/checkpoint-3"
+    saved = torch.load(f"{checkpoint}/{SKIP_STATE_FILE}")
+    assert saved["history"]["streak"].sum() > 0
+    resumed = make_trainer(prompts=DATA, max_steps=4, **SKIP)
+    stub_generation(resumed, tied_or_informative)
+    resumed.train(resume_from_checkpoint=checkpoint)
+    assert torch.equal(resumed.prompt_skipper.history.streak, trainer.prompt_skipper.history.streak)
+    assert torch.equal(resumed.prompt_skipper.history.kind, trainer.prompt_skipper.history.kind)
+    assert resumed.prompt_skipper.explore == trainer.prompt_skipper.explore
+    assert resumed.prompt_stream.state_dict() == trainer.prompt_stream.state_dict()
+
+
+def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
+    off = make_trainer(prompts=DATA, skip_zero_std_prompts=False, **DYNAMIC)
+    alone = make_trainer(prompts=DATA, **DYNAMIC)
+    assert off.prompt_skipper is None
+    for _ in range(3):
+        off_batch = train_batch(off, ["1+1=", "2+3="], tied_or_informative)
+        alone_batch = train_batch(alone, ["1+1=", "2+3="], tied_or_informative)
+        for key in alone_batch:
+            assert torch.equal(off_batch[key], alone_batch[key]), key
+    assert not any(key.startswith("prompt_skip/") for key in off._metrics["train"])
+
+
+def test_eval_is_untouched_by_skipping(make_trainer):
+    trainers = [make_trainer(ours=ours, prompts=DATA, beta=0.1, **({"skip_zero_std_prompts": True} if ours else {}))
+                for ours in (False, True)]  # fmt: skip
+    outputs = []
+    for trainer in trainers:
+        stub_generation(trainer, tied_or_informative)
+        trainer.model.eval()
+        outputs.append(trainer._generate_and_score_completions(rows_of(trainer, ["1+1=", "2+3="])))
+    for key in outputs[0]:
+        assert torch.equal(outputs[0][key], outputs[1][key]), key
+
+
+@pytest.mark.parametrize(
+    "setting, value", [("skip_min_draw_prob", 0.0), ("skip_min_draw_prob", 1.5), ("skip_target_zero_std_frac", -0.1)]
+)
+def test_bad_skip_settings_are_named(tmp_path, setting, value):
+    from trl_zerostd import ZeroStdGRPOConfig
+
+    with pytest.raises(ValueError, match=setting):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{setting: value})

@@ -81,3 +81,25 @@ def test_part_major_order_keeps_each_part_in_its_gathered_layout():
     """2 ranks, each generated [2 dataloader rows, 1 extra row]: gathered d0 d0 e0 d1 d1 e1 -> d0 d0 d1 d1 e0 e1."""
     assert part_major_order([2, 1], world_size=2).tolist() == [0, 1, 3, 4, 2, 5]
     assert part_major_order([3], world_size=2).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_draw_skips_by_probability_and_counts_the_skipped():
+    never = PromptStream(10, seed=0)
+    assert never.draw(4, lambda rows: torch.ones(len(rows), dtype=torch.float64)) == (PromptStream(10, 0).take(4), 0)
+    odd_only = PromptStream(10, seed=0)
+    rows, skipped = odd_only.draw(7, lambda rows: (rows % 2).double())
+    assert all(row % 2 for row in rows) and len(rows) == 7
+    assert sorted(rows[:5]) == [1, 3, 5, 7, 9] and skipped >= 5  # each pass: the 5 even rows skipped
+    assert (odd_only.epoch, odd_only.position) > (1, 0)
+
+
+def test_draw_is_reproducible_and_resumes_from_its_state():
+    half = lambda rows: torch.full((len(rows),), 0.5, dtype=torch.float64)  # noqa: E731
+    draws = PromptStream(20, seed=1).draw(30, half)
+    assert PromptStream(20, seed=1).draw(30, half) == draws
+    assert 0 < draws[1] < 60  # about one skipped per draw at p = 0.5
+    stream = PromptStream(20, seed=1)
+    first = stream.draw(12, half)
+    resumed = PromptStream(20, seed=1)
+    resumed.load_state_dict(stream.state_dict())
+    assert first[0] + resumed.draw(18, half)[0] == draws[0]

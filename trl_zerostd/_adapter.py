@@ -126,7 +126,7 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
         batch = self._generation_batch
         if batch is None:
             return super()._generate(prompts)
-        if self.masking.dynamic_sampling:
+        if self.prompt_stream is not None:  # dynamic sampling or prompt skipping
             generated, rewards_per_func, truncated = self._generate_refilled(batch, prompts, super()._generate)
         else:
             generated = super()._generate(prompts)

@@ -2,8 +2,9 @@
 
 Metrics go through TRL's own metric store (``self._metrics["train"]``), so every tracker TRL reports to gets them.
 A checkpoint carries ``trl_zerostd.json``: the package's settings (resuming restores them) and its running state
-(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor, dynamic sampling's prompt
-stream).
+(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor, the prompt stream of dynamic
+sampling and prompt skipping), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the per-prompt history (two
+bytes a dataset row, too large for JSON) and the exploration probabilities.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import core
 from .config import ZeroStdArguments
 
 STATE_FILE = "trl_zerostd.json"
+SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
 
 logger = logging.getLogger("trl_zerostd")
 
@@ -62,6 +64,8 @@ class RunStateMixin:
             )
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(self._package_state(), f, indent=2)
+            if self.prompt_skipper is not None:
+                torch.save(self.prompt_skipper.state_dict(), os.path.join(folder, SKIP_STATE_FILE))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
@@ -70,6 +74,9 @@ class RunStateMixin:
         if path and os.path.exists(path):
             with open(path) as f:
                 self._restore_package_state(json.load(f))
+        skip_state = os.path.join(checkpoint, SKIP_STATE_FILE) if checkpoint else None
+        if self.prompt_skipper is not None and skip_state and os.path.exists(skip_state):
+            self.prompt_skipper.load_state_dict(torch.load(skip_state))
 
     def _package_state(self) -> dict:
         return {

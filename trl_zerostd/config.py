@@ -74,6 +74,23 @@ class ZeroStdArguments:
             "warning once, then the metric dynamic_sampling/cap_reached); 'error': raise."
         },
     )
+    skip_zero_std_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Draw every training prompt from a seeded stream over the train dataset and skip, before "
+            "generating it, a prompt whose last k groups were all zero-variance of one kind (all-low or all-high) "
+            "with probability 1 - p**k; p adapts per kind toward skip_target_zero_std_frac. With or without "
+            "dynamic_sampling."
+        },
+    )
+    skip_target_zero_std_frac: float = field(
+        default=0.25,
+        metadata={"help": "Share of zero-variance groups among those generated that the exploration p aims at."},
+    )
+    skip_min_draw_prob: float = field(
+        default=0.05,
+        metadata={"help": "Floor of the probability of drawing a prompt: no prompt is dropped for good (> 0)."},
+    )
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
@@ -104,6 +121,16 @@ def validate_settings(settings: ZeroStdArguments) -> None:
     if settings.dynamic_sampling_on_cap not in ("mask", "error"):
         raise ValueError(
             f"dynamic_sampling_on_cap must be 'mask' or 'error', got {settings.dynamic_sampling_on_cap!r}."
+        )
+    if not 0 <= settings.skip_target_zero_std_frac <= 1:
+        raise ValueError(
+            "skip_target_zero_std_frac must be in [0, 1] (a share of groups), "
+            f"got {settings.skip_target_zero_std_frac!r}."
+        )
+    if not 0 < settings.skip_min_draw_prob <= 1:
+        raise ValueError(
+            "skip_min_draw_prob must be in (0, 1]: a floor of 0 would drop prompts for good, "
+            f"got {settings.skip_min_draw_prob!r}."
         )
 
 

@@ -6,11 +6,13 @@ No trainer or TRL import. Groups are counted over the gathered batch (all ranks)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 STREAM_SEED_OFFSET = 0x5EED  # the refill stream must not replay the dataloader's own permutation of the same seed
+SKIP_SEED_OFFSET = 0x5C1B  # the uniforms of skip decisions, per pass
 MAX_ROUND_BATCHES = 2  # a refill round generates at most this many generation batches (bounded generation memory)
 
 
@@ -26,26 +28,52 @@ class PromptStream:
     seed: int
     epoch: int = 0
     position: int = 0
+    _cached_epoch: int | None = field(default=None, init=False, repr=False, compare=False)
+    _cached: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.num_rows < 1:
-            raise ValueError("dynamic_sampling needs a non-empty train_dataset to draw refill prompts from.")
+            raise ValueError(
+                "dynamic_sampling and skip_zero_std_prompts need a non-empty train_dataset to draw prompts from."
+            )
 
-    def _permutation(self) -> list[int]:
-        generator = torch.Generator().manual_seed(self.seed + STREAM_SEED_OFFSET + self.epoch)
-        return torch.randperm(self.num_rows, generator=generator).tolist()
+    def _pass(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The current pass: its order of row indices and a seeded uniform per place (for skip decisions)."""
+        if self._cached_epoch != self.epoch:
+            order = torch.Generator().manual_seed(self.seed + STREAM_SEED_OFFSET + self.epoch)
+            uniform = torch.Generator().manual_seed(self.seed + SKIP_SEED_OFFSET + self.epoch)
+            self._cached = (
+                torch.randperm(self.num_rows, generator=order),
+                torch.rand(self.num_rows, generator=uniform),
+            )
+            self._cached_epoch = self.epoch
+        return self._cached
 
     def take(self, count: int) -> list[int]:
         """The next ``count`` row indices, crossing into new passes as needed."""
-        taken, order = [], self._permutation()
+        return self.draw(count)[0]
+
+    def draw(
+        self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> tuple[list[int], int]:
+        """The next ``count`` row indices drawn, and how many were skipped on the way. With ``draw_prob`` (``(k,)``
+        row indices -> ``(k,)`` probabilities) a candidate is drawn when the seeded uniform of its place in the pass is
+        below its probability, else skipped (consumed for this pass); the same state gives the same draws."""
+        taken, skipped = [], 0
         while len(taken) < count:
             if self.position == self.num_rows:
                 self.epoch, self.position = self.epoch + 1, 0
-                order = self._permutation()
-            step = min(count - len(taken), self.num_rows - self.position)
-            taken += order[self.position : self.position + step]
-            self.position += step
-        return taken
+            order, uniform = self._pass()
+            candidates = order[self.position :]
+            drawn = torch.ones_like(candidates, dtype=torch.bool)
+            if draw_prob is not None:
+                drawn = uniform[self.position :].double() < draw_prob(candidates)
+            places = drawn.nonzero().view(-1)[: count - len(taken)]
+            seen = int(places[-1]) + 1 if len(places) == count - len(taken) else len(candidates)
+            taken += candidates[places].tolist()
+            skipped += seen - len(places)
+            self.position += seen
+        return taken, skipped
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
