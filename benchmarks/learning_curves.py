@@ -7,7 +7,8 @@ sampling (and any other arm in ARMS), over several seeds.
 Every run is the main job (examples/train_grpo.py defaults) with the arm's flags; runs are cached as JSON in
 --runs_dir. The reward is that of the policy's samples: TRL's ``reward``, or under dynamic sampling (whose ``reward``
 describes only the informative groups that train) the mean over every group generated. Wall clock is the sum of
-TRL's logged ``step_time`` (generation, scoring and update of each step); generation tokens are TRL's ``num_tokens`` (prompt and completion tokens of every generated row, refills included).
+TRL's logged ``step_time`` (generation, scoring and update of each step); generation tokens are TRL's
+``num_tokens`` (prompt and completion tokens of every generated row, refills included).
 Writes --table (Markdown) and --plot.
 """
 

@@ -88,7 +88,8 @@ def summarise(records: list[dict], args: SkipArguments) -> str:
         skipped = [mean(r["skipped_frac"]) for r in runs if r["skipped_frac"][0] is not None]
         lines.append(
             f"| {arm} | {mean(finals):.3f} ± {statistics.stdev(finals) if len(finals) > 1 else 0:.3f} "
-            f"| {mean(r['num_tokens'][-1] for r in runs) / 1e6:.3f} | {mean(informative_trained(r) for r in runs):.0f} "
+            f"| {mean(r['num_tokens'][-1] for r in runs) / 1e6:.3f} "
+            f"| {mean(informative_trained(r) for r in runs):.0f} "
             f"| {tokens_per[arm]:.0f}, {tokens_per[arm] / tokens_per[reference]:.2f} "
             f"| {1e3 * wall_per[arm]:.1f}, {wall_per[arm] / wall_per[reference]:.2f} "
             f"| {f'{mean(skipped):.0%}' if skipped else '-'} "
@@ -126,8 +127,10 @@ def plot(records: list[dict], args: SkipArguments) -> None:
 
 
 def main(args: SkipArguments) -> None:
-    common = ["--num_prompts", str(args.num_prompts), "--warm_start_steps", str(args.warm_start_steps), "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps),
-              "--per_device_eval_batch_size", "128"]  # fmt: skip
+    common = [
+        "--num_prompts", str(args.num_prompts), "--warm_start_steps", str(args.warm_start_steps),
+        "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps), "--per_device_eval_batch_size", "128",
+    ]  # fmt: skip
     jobs = [
         (arm, ARMS[arm] + common, args.learning_rate, seed, args.max_steps, f"{args.runs_dir}/{arm}-seed{seed}.json")
         for seed in args.seeds
