@@ -17,9 +17,8 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from runs import final_reward, moving, policy_reward, run_all
+from runs import final_reward, moving, policy_reward, report, run_all
 
 ARMS = {
     "trl": [],
@@ -112,11 +111,7 @@ def main(args: CurveArguments) -> None:
         for seed in args.seeds
         for arm in args.arms
     ]
-    records = run_all(jobs, args.jobs)
-    table = summarise(records, args)
-    Path(args.table).write_text(table + "\n")
-    plot(records, args)
-    print(table)
+    report(run_all(jobs, args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":

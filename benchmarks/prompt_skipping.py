@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from learning_curves import cumulative
-from runs import run_all
+from runs import report, run_all
 
 ARMS = {
     "trl": [],
@@ -136,11 +135,7 @@ def main(args: SkipArguments) -> None:
         for seed in args.seeds
         for arm in args.arms
     ]
-    records = run_all(jobs, args.jobs)
-    table = summarise(records, args)
-    Path(args.table).write_text(table + "\n")
-    plot(records, args)
-    print(table)
+    report(run_all(jobs, args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,15 @@ def run_all(jobs: list[tuple], processes: int) -> list[dict]:
         return list(tqdm(pool.imap(run_one, jobs), total=len(jobs), desc="runs"))
 
 
+def report(records: list[dict], args, summarise, plot) -> None:
+    """A study's output: the Markdown table (``summarise(records, args)``) to ``args.table`` and stdout, the figure
+    (``plot(records, args)``) to ``args.plot``."""
+    table = summarise(records, args)
+    Path(args.table).write_text(table + "\n")
+    plot(records, args)
+    print(table)
+
+
 def policy_reward(record: dict) -> list[float]:
     """The reward of the policy's samples: under dynamic sampling TRL's ``reward`` describes only the batch that
     trains (tied groups dropped), so the mean over every group generated is the comparable one."""

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from runs import final_reward, moving, run_all
+from runs import final_reward, moving, report, run_all
 
 ARMS = {  # name -> extra CLI flags ("trl": TRL's own GRPOTrainer)
     "trl": [],
@@ -120,11 +119,7 @@ def main(args: StudyArguments) -> None:
         for seed in args.seeds
         for arm in args.arms
     ]
-    records = run_all(jobs, args.jobs)
-    table = summarise(records, args)
-    Path(args.table).write_text(table + "\n")
-    plot(records, args)
-    print(table)
+    report(run_all(jobs, args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":
