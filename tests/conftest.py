@@ -300,3 +300,30 @@ def assert_grads_close(actual, expected, **tolerance):
 def assert_all_zero(grads):
     nonzero = [name for name, g in grads.items() if torch.count_nonzero(g)]
     assert not nonzero, f"non-zero gradient on {nonzero}"
+
+
+def moved_by_train(make_trainer, kind="grpo", **config):
+    """``{ours: names of the parameters one real ``train()`` step moved}`` for our trainer and TRL's (policy moved
+    away from the reference first, so a KL term would put gradient)."""
+    moved = {}
+    for ours in (True, False):
+        trainer = make_trainer(kind, ours=ours, **config)
+        move_policy_away(trainer.model)
+        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+        trainer.train()
+        moved[ours] = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    return moved
+
+
+def clipped_loss_metrics(make_trainer, prompts, completions):
+    """``(base, ours)`` trainers after one loss on the same batch with TRL's loss mask limited to our trained rows
+    (first group masked): num_iterations=2 and a policy moved after generation push ratios past the clip range."""
+    base, ours = make_trainer(ours=False, beta=0.1, num_iterations=2), make_trainer(beta=0.1, num_iterations=2)
+    ours_batch = train_batch(ours, prompts, completions)
+    base_batch = train_batch(base, prompts, completions)
+    base_batch["advantages"] = ours_batch["advantages"]
+    base_batch["completion_mask"][:4] = 0
+    for trainer, batch in ((base, base_batch), (ours, ours_batch)):
+        move_policy_away(trainer.model, scale=0.2)
+        loss_and_grads(trainer, batch)
+    return base, ours

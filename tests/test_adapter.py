@@ -17,6 +17,7 @@ from conftest import (
     answer_reward,
     assert_all_zero,
     assert_grads_close,
+    clipped_loss_metrics,
     grad_norm,
     loss_and_grads,
     move_policy_away,
@@ -405,14 +406,7 @@ def test_logged_token_means_cover_the_trained_tokens(make_trainer):
     """Under 'keep', TRL's kl, entropy and clip-ratio means are over the trained tokens, as TRL's own are when the
     masked rows' tokens are out of its loss mask. num_iterations=2 and a policy moved after generation make the
     importance ratios leave the clip range, so the clip ratios are not trivially 0."""
-    base, ours = make_trainer(ours=False, beta=0.1, num_iterations=2), make_trainer(beta=0.1, num_iterations=2)
-    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE)
-    base_batch = train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE)
-    base_batch["advantages"] = ours_batch["advantages"]
-    base_batch["completion_mask"][:4] = 0
-    for trainer, batch in ((base, base_batch), (ours, ours_batch)):
-        move_policy_away(trainer.model, scale=0.2)
-        loss_and_grads(trainer, batch)
+    base, ours = clipped_loss_metrics(make_trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
     keys = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
     assert ours._metrics["train"]["clip_ratio/region_mean"][-1] > 0
     for key in keys:

@@ -12,10 +12,12 @@ from conftest import (
     answer_or_not,
     assert_all_zero,
     assert_grads_close,
+    clipped_loss_metrics,
     constant_reward,
     grad_norm,
     loss_and_grads,
     move_policy_away,
+    moved_by_train,
     rows_of,
     stub_generation,
     table_reward,
@@ -279,13 +281,7 @@ def test_eval_is_bit_identical(make_trainer, num_generations_eval):
 def test_zero_variance_step_leaves_the_parameters_untouched(make_trainer):
     """A real train() step (real generation, beta > 0, policy moved away from the reference) on a reward that ties
     every group: TRL's step moves the parameters through the KL term alone; ours leaves every one bit-identical."""
-    moved = {}
-    for ours in (True, False):
-        trainer = make_trainer(ours=ours, beta=0.1, reward_funcs=constant_reward, temperature=1.0)
-        move_policy_away(trainer.model)
-        before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-        trainer.train()
-        moved[ours] = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    moved = moved_by_train(make_trainer, "grpo", beta=0.1, reward_funcs=constant_reward, temperature=1.0)
     assert moved[False]  # TRL: the KL term of the tied groups trains
     assert moved[True] == []
 
@@ -373,15 +369,7 @@ def test_adaptive_entropy_controller_reads_the_trained_rows(make_trainer, normal
 
 def test_clip_ratio_extremes_cover_the_trained_rows(make_trainer):
     """clip_ratio/low_min and high_max are per-row extremes: masked rows (never clipped) must not enter them."""
-    base = make_trainer(ours=False, beta=0.1, num_iterations=2)
-    ours = make_trainer(beta=0.1, num_iterations=2)
-    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + INFORMATIVE)
-    base_batch = train_batch(base, MIXED_PROMPTS, TIED + INFORMATIVE)
-    base_batch["advantages"] = ours_batch["advantages"]
-    base_batch["completion_mask"][:4] = 0
-    for trainer, batch in ((base, base_batch), (ours, ours_batch)):
-        move_policy_away(trainer.model, scale=0.2)
-        loss_and_grads(trainer, batch)
+    base, ours = clipped_loss_metrics(make_trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
     for key in ("clip_ratio/low_min", "clip_ratio/high_max"):
         assert ours._metrics["train"][key][-1] == base._metrics["train"][key][-1], key
 
