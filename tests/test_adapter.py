@@ -13,7 +13,9 @@ from conftest import (
     INFORMATIVE,
     LOSS_TYPES,
     MIXED_PROMPTS,
+    OUR_CLASSES,
     TIED,
+    answer_or_not,
     answer_reward,
     assert_all_zero,
     assert_grads_close,
@@ -439,3 +441,23 @@ def test_all_masked_batch_gives_a_moe_auxiliary_loss_zero_weight(make_trainer, t
     assert_all_zero(grads)
     _, mixed = loss_and_grads(trainer, train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE))
     assert grad_norm({k: g for k, g in mixed.items() if "gate" in k}) > 0  # the router trains on trained rows
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_a_trainer_built_without_init_falls_back_to_trl(make_trainer, kind):
+    """TRL's own tests build trainers with ``object.__new__`` and set attributes by hand: our overrides then find no
+    package state (class-level defaults) and give TRL's result, outputs and gradients, not an AttributeError."""
+    base = stub_generation(make_trainer(kind, ours=False), answer_or_not)
+    move_policy_away(base.model)
+    bare = object.__new__(OUR_CLASSES[kind][0])
+    bare.__dict__.update(base.__dict__)  # TRL's state only: no _init_row_plan
+    base.model.train()
+    rows = rows_of(base, MIXED_PROMPTS)
+    expected, actual = base._generate_and_score_completions(rows), bare._generate_and_score_completions(rows)
+    for key in ("advantages", "completion_mask", "completion_ids"):
+        torch.testing.assert_close(actual[key], expected[key], msg=key)
+    assert "row_role" not in actual
+    expected_loss, expected_grads = loss_and_grads(base, expected)
+    actual_loss, actual_grads = loss_and_grads(bare, actual)
+    torch.testing.assert_close(actual_loss, expected_loss)
+    assert_grads_close(actual_grads, expected_grads)

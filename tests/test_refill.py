@@ -243,3 +243,23 @@ def test_bad_skip_settings_are_named(tmp_path, setting, value):
 
     with pytest.raises(ValueError, match=setting):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{setting: value})
+
+
+def test_history_key_column_pools_the_rows_that_share_it(make_trainer):
+    """skip_history_key="prompt": the two "1+1=" rows share one history, whose streak counts both rows' draws."""
+    prompts = ["1+1=", "1+1=", *DATA[1:]]
+    trainer = make_trainer(prompts=prompts, skip_history_key="prompt", **SKIP)
+    drawn = trained_groups(trainer, 12)
+    history = trainer.prompt_skipper.history
+    assert len(history.kind) == len(set(prompts))  # one history per distinct prompt
+    assert trainer.prompt_skipper.slots.tolist() == [0, 0, 1, 2, 3]
+    assert int(history.kind[0]) == Outcome.ALL_HIGH and int(history.streak[0]) == drawn.count("1+1=") >= 2
+
+
+def test_history_key_must_name_a_column_and_needs_skipping(make_trainer, tmp_path):
+    from trl_zerostd import ZeroStdGRPOConfig
+
+    with pytest.raises(ValueError, match="skip_history_key='level' is not a column"):
+        make_trainer(prompts=DATA, skip_history_key="level", **SKIP)
+    with pytest.raises(ValueError, match="skip_history_key"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, skip_history_key="level")

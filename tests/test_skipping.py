@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from trl_zerostd.sampling import PromptStream
-from trl_zerostd.skipping import MAX_STREAK, ExploreProbs, Outcome, PromptHistory, group_outcomes
+from trl_zerostd.skipping import MAX_STREAK, ExploreProbs, Outcome, PromptHistory, PromptSkipper, group_outcomes
 
 LOW, HIGH, INFO = int(Outcome.ALL_LOW), int(Outcome.ALL_HIGH), int(Outcome.INFORMATIVE)
 
@@ -64,3 +64,16 @@ def test_floor_keeps_a_prompt_zero_variance_forever_drawable_at_the_floor_rate()
     drawn, skipped = stream.draw(200, lambda candidates: probs.draw_prob(history, candidates))
     assert len(drawn) == 200
     assert 200 / (200 + skipped) == pytest.approx(floor, abs=0.015)
+
+
+def test_rows_sharing_a_key_share_one_history():
+    """Keys pool rows: outcomes of row 0 ("hard") set the draw probability of row 2, never drawn, of the same key."""
+    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, keys=["hard", "easy", "hard", "easy"])
+    assert skipper.slots.tolist() == [0, 1, 0, 1] and len(skipper.history.kind) == 2
+    skipper.record([0, 0, 0], torch.tensor([LOW, LOW, LOW]))
+    p = skipper.explore.all_low
+    probs = skipper.draw_prob(torch.tensor([2, 1, 3]))
+    assert probs.tolist() == pytest.approx([max(p**3, 0.05), 1.0, 1.0])
+    per_row = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05)
+    per_row.record([0], torch.tensor([LOW]))
+    assert per_row.slots is None and per_row.draw_prob(torch.tensor([2])).tolist() == [1.0]

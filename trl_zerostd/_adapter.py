@@ -22,7 +22,7 @@ from . import core
 from ._loss import BASE_LOSS_MASK_KEY, IMAGE_KEYS, ROLE_KEY, LossCall, LossMixin
 from ._refill import DynamicSamplingMixin
 from ._run_state import RunStateMixin
-from .config import check_compatible, masking_settings
+from .config import ZeroStdArguments, check_compatible, masking_settings
 from .estimators import get_advantage_estimator
 from .monitor import StallMonitor, stall_advice
 
@@ -63,6 +63,11 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
 
     advantage_estimator: ClassVar[str]
     trainer_kind: ClassVar[str]
+    # Class-level defaults, set per instance by _init_row_plan: a trainer made without __init__ (TRL's own tests
+    # build trainers with object.__new__) has no masking, and every override then returns TRL's own result.
+    masking: ZeroStdArguments | None = None
+    _generation_batch: GenerationBatch | None = None
+    _loss_call: LossCall | None = None
 
     def _init_row_plan(self) -> None:
         self.masking = masking_settings(self.args)
@@ -111,7 +116,7 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
 
     def _generate_and_score_completions(self, inputs):
         # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL's, then the plan applied
-        if not self.model.training:
+        if not self.model.training or self.masking is None:
             return super()._generate_and_score_completions(inputs)
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)

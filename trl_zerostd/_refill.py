@@ -56,6 +56,9 @@ class GeneratedPool:
 class DynamicSamplingMixin:
     """Needs ``masking``, ``_score_generation``, ``_split_generated`` and ``_join_generated``."""
 
+    prompt_stream: PromptStream | None = None  # class-level defaults: off until _init_dynamic_sampling
+    prompt_skipper: PromptSkipper | None = None
+
     def _init_dynamic_sampling(self) -> None:
         self.prompt_stream: PromptStream | None = None
         self.prompt_skipper: PromptSkipper | None = None
@@ -73,8 +76,16 @@ class DynamicSamplingMixin:
             )
         self.prompt_stream = PromptStream(len(dataset), self.args.seed)
         if self.masking.skip_zero_std_prompts:
+            key = self.masking.skip_history_key
+            if key is not None and key not in dataset.column_names:
+                raise ValueError(
+                    f"skip_history_key={key!r} is not a column of the train_dataset (columns: {dataset.column_names})."
+                )
             self.prompt_skipper = PromptSkipper.new(
-                len(dataset), self.masking.skip_target_zero_std_frac, self.masking.skip_min_draw_prob
+                len(dataset),
+                self.masking.skip_target_zero_std_frac,
+                self.masking.skip_min_draw_prob,
+                keys=None if key is None else [repr(value) for value in dataset[key]],
             )
 
     def _generate_refilled(self, batch, prompts: list, generate) -> tuple[tuple, torch.Tensor, torch.Tensor]:

@@ -58,7 +58,7 @@ class RunStateMixin:
     def _save_checkpoint(self, model, trial):
         # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's settings and state travel with it
         super()._save_checkpoint(model, trial)
-        if self.args.should_save:
+        if self.args.should_save and self.masking is not None:
             folder = os.path.join(
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
@@ -70,7 +70,7 @@ class RunStateMixin:
     def _load_optimizer_and_scheduler(self, checkpoint):
         # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
         super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, STATE_FILE) if checkpoint else None
+        path = os.path.join(checkpoint, STATE_FILE) if checkpoint and self.masking is not None else None
         if path and os.path.exists(path):
             with open(path) as f:
                 self._restore_package_state(json.load(f))

@@ -91,6 +91,15 @@ class ZeroStdArguments:
         default=0.05,
         metadata={"help": "Floor of the probability of drawing a prompt: no prompt is dropped for good (> 0)."},
     )
+    skip_history_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt skipping: None keeps one outcome history per dataset row. The name of a train_dataset "
+            "column makes the rows that share its value share one history: a difficulty label ('difficulty', "
+            "'level', 'source') lets the first prompts of a level predict the others, from the first pass on; "
+            "'prompt' makes duplicate prompts share theirs."
+        },
+    )
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
@@ -131,6 +140,11 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         raise ValueError(
             "skip_min_draw_prob must be in (0, 1]: a floor of 0 would drop prompts for good, "
             f"got {settings.skip_min_draw_prob!r}."
+        )
+    if settings.skip_history_key is not None and not settings.skip_zero_std_prompts:
+        raise ValueError(
+            f"skip_history_key={settings.skip_history_key!r} keys the histories of prompt skipping, which is off: "
+            "set skip_zero_std_prompts=True, or leave skip_history_key unset."
         )
 
 

@@ -109,21 +109,34 @@ class ExploreProbs:
 
 @dataclass
 class PromptSkipper:
-    """The skip state of a run: the per-prompt history and the exploration probabilities (checkpointed together)."""
+    """The skip state of a run: the outcome histories and the exploration probabilities (checkpointed together).
+
+    ``slots`` ``(num_rows,)`` maps each dataset row to its history (None: one history per row). Rows that share a key
+    (a difficulty label, or the prompt text) share a slot: the outcomes of some predict the skip of the others.
+    """
 
     history: PromptHistory
     explore: ExploreProbs
+    slots: torch.Tensor | None = None
 
     @classmethod
-    def new(cls, num_rows: int, target: float, min_draw_prob: float) -> PromptSkipper:
-        return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob))
+    def new(cls, num_rows: int, target: float, min_draw_prob: float, keys: list | None = None) -> PromptSkipper:
+        """``keys``: one hashable value per dataset row; rows with equal keys share a history."""
+        if keys is None:
+            return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob))
+        index: dict = {}
+        slots = torch.tensor([index.setdefault(key, len(index)) for key in keys], dtype=torch.long)
+        return cls(PromptHistory.empty(len(index)), ExploreProbs(target, min_draw_prob), slots)
+
+    def _slots(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows if self.slots is None else self.slots[rows]
 
     def draw_prob(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.explore.draw_prob(self.history, rows)
+        return self.explore.draw_prob(self.history, self._slots(rows))
 
     def record(self, rows: list[int], outcomes: torch.Tensor) -> None:
         """The outcomes of every group one generation batch generated, in draw order; then one step of ``p``."""
-        self.history.record(rows, outcomes)
+        self.history.record(self._slots(torch.tensor(rows, dtype=torch.long)).tolist(), outcomes)
         self.explore.adapt(outcomes)
 
     def state_dict(self) -> dict:
