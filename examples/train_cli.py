@@ -4,12 +4,14 @@
 model, tokenizer, dataset and reward functions, trains, then writes to ``output_dir``: the model,
 ``metrics.json`` (``trainer.state.log_history``) and ``metrics.png`` (reward, KL, masked group fraction and grad
 norm per step). With no argument it fine-tunes the embedded default: the tiny local model (``tiny_model.py``), warm
-started on the addition task (``addition_task.py``). The parser's defaults (``TINY_DEFAULTS``) are tuned for that run;
-set learning rate, lengths and batch sizes yourself for a real ``--model_name_or_path``.
+started on the addition task (``addition_task.py``); ``--task spread`` trains on the difficulty-spread task
+(``spread_task.py``) and evaluates on its held-out split. The parser's defaults (``TINY_DEFAULTS``) are tuned for
+those runs; set learning rate, lengths and batch sizes yourself for a real ``--model_name_or_path``.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import addition_task
+import spread_task
 import torch
 from datasets import Dataset, load_dataset
 from tiny_model import build_model, build_tokenizer
@@ -79,24 +82,45 @@ class ScriptArguments:
     dataset_train_split: str = field(
         default="train", metadata={"help": "Split of a hub dataset to train on (a local file has only 'train')."}
     )
-    num_prompts: int = field(
-        default=2000,
-        metadata={"help": "Prompts in the embedded addition dataset (RL prompts without --dataset_name, warm start)."},
-    )
-    warm_start_steps: int = field(
-        default=150,
+    task: str = field(
+        default="addition",
         metadata={
-            "help": "Supervised steps (batches of 64) that teach the embedded tiny model part of the addition table "
-            "before RL, so that zero-variance groups occur and the reward can rise. Ignored with "
-            "--model_name_or_path; 0 starts RL from random weights."
+            "help": "Embedded task without --dataset_name: 'addition' (single-digit sums, evaluated on its own "
+            "prompts) or 'spread' (sums in three difficulty bands, evaluated on a held-out split; spread_task.py).",
+            "choices": ["addition", "spread"],
         },
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["addition_task.correct_sum_reward"],
+    num_prompts: int = field(
+        default=2000,
+        metadata={
+            "help": "Prompts in the embedded task's train split (RL prompts and warm start, without --dataset_name)."
+        },
+    )
+    chat_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "--task spread: conversational prompts (one user message, 'What is a + b? Answer with the "
+            "number only.'), which TRL renders with the model's chat template; for instruct models."
+        },
+    )
+    num_eval_prompts: int = field(
+        default=200, metadata={"help": "Prompts in the held-out split of --task spread (never trained on)."}
+    )
+    warm_start_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Supervised steps (batches of 64) that teach the embedded tiny model part of the task before RL, "
+            "so that zero-variance groups occur and the reward can rise. Default: 150 for --task addition, 800 for "
+            "--task spread. Ignored with --model_name_or_path; 0 starts RL from random weights."
+        },
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
         metadata={
             "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
-            "(e.g. accuracy_reward). The default scores the first number of a completion against the dataset's "
-            "'answer' column, or against the sum asked by an 'a+b=' prompt."
+            "(e.g. accuracy_reward). Default: addition_task.correct_sum_reward (the first number of a completion "
+            "against the dataset's 'answer' column, or the sum asked by an 'a+b=' prompt); with --task spread, "
+            "spread_task.banded_sum_reward (the same, logging accuracy and tied groups per difficulty band)."
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
@@ -123,6 +147,24 @@ def make_parser(config_cls, **defaults) -> TrlParser:
     return parser
 
 
+def main(trainer_cls, config_cls, **defaults) -> None:
+    """A script's entry point: ``run`` with the command line, then ``end_run``."""
+    end_run(run(trainer_cls, config_cls, **defaults).accelerator)
+
+
+def end_run(accelerator) -> None:
+    """End a finished run's distributed state while the interpreter is whole: drop the accelerator's models and
+    optimizers (FSDP's and DeepSpeed's hold communication handles), collect them, destroy the process group.
+
+    Without it a multi-process run can abort at exit after training finished (``terminate called without an active
+    exception``, exit code 1): torch leaves gloo's worker threads alive into interpreter shutdown
+    (``tests/stress_launches.py`` shows it with plain torch and no TRL). Call it after the last use of the trainer.
+    """
+    accelerator.free_memory()
+    gc.collect()
+    accelerator.end_training()
+
+
 def run(trainer_cls, config_cls, argv: list[str] | None = None, **defaults):
     """Parse ``argv`` (default ``sys.argv[1:]``; ``--config file.yaml`` too), then ``train``; returns the trainer.
 
@@ -136,10 +178,12 @@ def run(trainer_cls, config_cls, argv: list[str] | None = None, **defaults):
 
 def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: ModelConfig):
     """Build model, data and rewards, train, and save model, ``metrics.json`` and ``metrics.png`` to output_dir."""
-    reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs]
-    train_dataset = load_train_dataset(script_args, training_args.seed)
+    reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs or [DEFAULT_REWARDS[script_args.task]]]
+    train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     if model_args.model_name_or_path is None:
-        model = prepare_tiny_model(Path(training_args.output_dir) / "warm_start", script_args, training_args)
+        model = prepare_tiny_model(
+            Path(training_args.output_dir) / "warm_start", train_dataset, script_args, training_args
+        )
     else:
         model = model_args.model_name_or_path
         training_args.model_init_kwargs = {
@@ -153,7 +197,7 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=train_dataset if training_args.eval_strategy != "no" else None,  # --eval_strategy: on its prompts
+        eval_dataset=eval_dataset if training_args.eval_strategy != "no" else None,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
@@ -215,6 +259,21 @@ def torch_threads(threads: int | None):
         torch.set_num_threads(previous)
 
 
+WARM_START_STEPS = {"addition": 150, "spread": 800}
+DEFAULT_REWARDS = {"addition": "addition_task.correct_sum_reward", "spread": "spread_task.banded_sum_reward"}
+
+
+def load_datasets(script_args: ScriptArguments, seed: int) -> tuple[Dataset, Dataset]:
+    """``(train, eval)``: the spread task's train and held-out splits; otherwise the train dataset twice (the
+    addition task and a user's dataset are evaluated on their own prompts, under --eval_strategy)."""
+    if script_args.dataset_name is None and script_args.task == "spread":
+        return spread_task.spread_splits(
+            script_args.num_prompts, script_args.num_eval_prompts, seed=seed, chat=script_args.chat_prompts
+        )
+    train_dataset = load_train_dataset(script_args, seed)
+    return train_dataset, train_dataset
+
+
 def load_train_dataset(script_args: ScriptArguments, seed: int) -> Dataset:
     """The embedded addition dataset, a local data file, or a hub dataset; it must have a "prompt" column."""
     name = script_args.dataset_name
@@ -235,8 +294,8 @@ def load_train_dataset(script_args: ScriptArguments, seed: int) -> Dataset:
     return dataset
 
 
-def prepare_tiny_model(path: Path, script_args: ScriptArguments, training_args) -> str:
-    """Build the tiny model, warm start it on the embedded addition dataset, save it to ``path``; returns ``path``.
+def prepare_tiny_model(path: Path, dataset: Dataset, script_args: ScriptArguments, training_args) -> str:
+    """Build the tiny model, warm start it on ``dataset`` (prompt, answer), save it to ``path``; returns ``path``.
 
     The trainer gets a path, not a model: TRL loads the reference model from the policy's name. The main process
     writes it; the others wait for it.
@@ -245,10 +304,9 @@ def prepare_tiny_model(path: Path, script_args: ScriptArguments, training_args) 
         if training_args.process_index == 0:
             tokenizer = build_tokenizer()
             model = build_model(tokenizer, seed=training_args.seed)
-            dataset = addition_task.addition_dataset(script_args.num_prompts, seed=training_args.seed)
-            addition_task.warm_start(
-                model, tokenizer, dataset, steps=script_args.warm_start_steps, seed=training_args.seed
-            )
+            steps = script_args.warm_start_steps
+            steps = WARM_START_STEPS[script_args.task] if steps is None else steps
+            addition_task.warm_start(model, tokenizer, dataset, steps=steps, seed=training_args.seed)
             model.save_pretrained(path)
             tokenizer.save_pretrained(path)
     return str(path)

@@ -13,9 +13,9 @@ Every field of ZeroStdGRPOConfig, trl.ModelConfig and train_cli.ScriptArguments 
 them); --config file.yaml sets them from a file.
 """
 
-from train_cli import run
+from train_cli import main
 
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 if __name__ == "__main__":
-    run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, output_dir="outputs/grpo-tiny")
+    main(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, output_dir="outputs/grpo-tiny")

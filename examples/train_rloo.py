@@ -10,9 +10,9 @@ and writes the model, metrics.json and metrics.png to outputs/rloo-tiny:
 Every field of ZeroStdRLOOConfig, trl.ModelConfig and train_cli.ScriptArguments is a flag (--help).
 """
 
-from train_cli import run
+from train_cli import main
 
 from trl_zerostd import ZeroStdRLOOConfig, ZeroStdRLOOTrainer
 
 if __name__ == "__main__":
-    run(ZeroStdRLOOTrainer, ZeroStdRLOOConfig, output_dir="outputs/rloo-tiny")
+    main(ZeroStdRLOOTrainer, ZeroStdRLOOConfig, output_dir="outputs/rloo-tiny")

@@ -25,6 +25,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [TESTS, os.path.join(os.path.dirname(TESTS), "examples")]
 from conftest import BASE_CLASSES, OUR_CLASSES, answer_reward, constant_reward, move_policy_away, stub_generation  # noqa: E402
 from tiny_model import build_tokenizer  # noqa: E402
+from train_cli import end_run  # noqa: E402
 
 from trl_zerostd.config import ZERO_STD_FIELDS  # noqa: E402
 
@@ -166,8 +167,9 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f)
+    return trainer.accelerator
 
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    main(*sys.argv[1:])
+    end_run(main(*sys.argv[1:]))  # as the example scripts end: no abort at exit (train_cli.end_run)
