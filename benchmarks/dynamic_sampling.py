@@ -2,6 +2,9 @@
 
     python benchmarks/dynamic_sampling.py                       # f in {0, 0.25, 0.5, 0.75}, 3 arms, in one run
     python benchmarks/dynamic_sampling.py --fractions 0.5 --steps 4 --repeats 1
+    python benchmarks/dynamic_sampling.py --model_name_or_path outputs/smollm2-135m-instruct \
+        --fractions 0.5 --steps 3 --warmup 1 --repeats 1 --threads 2 --json docs/dynamic_sampling_smollm2.json \
+        --plot docs/dynamic_sampling_smollm2.png          # the real model (examples/real_model.py)
 
 A reward ties a chosen share f of the prompts (always 1.0: zero-variance groups) and scores the others by the parity of
 the first character of the completion (a random model's groups of 8 are then informative). Each arm trains ``steps``
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
@@ -49,6 +52,12 @@ class DynamicBenchArguments:
     max_completion_length: int = field(default=32)
     hidden_size: int = field(default=256)
     num_layers: int = field(default=4)
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved model (and its tokenizer) instead of the tiny local one (hidden_size, num_layers)."
+        },
+    )
     seed: int = field(default=0)
     json: str = field(default="docs/dynamic_sampling.json")
     from_json: bool = field(default=False, metadata={"help": "Only redraw the table and plot from --json."})
@@ -71,19 +80,20 @@ def tied_share_reward(fraction: float):
 
 
 class StepTimer(TrainerCallback):
-    """Wall time of each optimizer step; generation time and completion tokens come from ``timed_generation``."""
+    """Wall time of each optimizer step; generation and scoring time and completion tokens come from
+    ``timed_generation`` (scoring: the rest of ``_generate_and_score_completions``; update: the rest of the step)."""
 
     def __init__(self):
         self.steps, self.start = [], None
-        self.generation_s = self.generated_tokens = 0.0
+        self.generation_s = self.generated_tokens = self.prepare_s = 0.0
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.start, self.generation_s, self.generated_tokens = time.perf_counter(), 0.0, 0
+        self.start, self.generation_s, self.generated_tokens, self.prepare_s = time.perf_counter(), 0.0, 0, 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
         self.steps.append(
             {"wall_s": time.perf_counter() - self.start, "generation_s": self.generation_s,
-             "generated_tokens": self.generated_tokens}
+             "scoring_s": self.prepare_s - self.generation_s, "generated_tokens": self.generated_tokens}
         )  # fmt: skip
 
 
@@ -99,6 +109,15 @@ def timed_generation(trainer, timer: StepTimer) -> None:
         return completion_ids, logprobs
 
     trainer._generate_single_turn = timed
+    prepare = trainer._generate_and_score_completions
+
+    def timed_prepare(*args, **kwargs):
+        start = time.perf_counter()
+        output = prepare(*args, **kwargs)
+        timer.prepare_s += time.perf_counter() - start
+        return output
+
+    trainer._generate_and_score_completions = timed_prepare
 
 
 def run_arm(arm: str, fraction: float, model_path: str, tokenizer, args: DynamicBenchArguments, output_dir: str):
@@ -141,9 +160,12 @@ def run_arm(arm: str, fraction: float, model_path: str, tokenizer, args: Dynamic
 def run_benchmark(args: DynamicBenchArguments) -> list[dict]:
     torch.set_num_threads(args.threads)
     workdir = tempfile.mkdtemp(prefix="zerostd-dynamic-")
-    model_path = save_tiny_model(f"{workdir}/model", seed=args.seed, hidden_size=args.hidden_size,
-                                 num_layers=args.num_layers)  # fmt: skip
-    tokenizer = build_tokenizer()
+    if args.model_name_or_path is None:
+        model_path = save_tiny_model(f"{workdir}/model", seed=args.seed, hidden_size=args.hidden_size,
+                                     num_layers=args.num_layers)  # fmt: skip
+        tokenizer = build_tokenizer()
+    else:
+        model_path, tokenizer = args.model_name_or_path, AutoTokenizer.from_pretrained(args.model_name_or_path)
     table = []
     for fraction in args.fractions:
         samples = {arm: [] for arm in ARMS}
@@ -153,7 +175,7 @@ def run_benchmark(args: DynamicBenchArguments) -> list[dict]:
                 print(f"f={fraction} repeat {repeat} {arm}: done", flush=True)
         row = {"f": fraction, "groups_per_step": args.groups}
         for arm, steps in samples.items():
-            for key in ("wall_s", "generation_s", "generated_tokens", "informative_groups", "rounds"):
+            for key in ("wall_s", "generation_s", "scoring_s", "generated_tokens", "informative_groups", "rounds"):
                 row[f"{arm}_{key}"] = statistics.median(step[key] for step in steps)
             informative = sum(step["informative_groups"] for step in steps)  # per group: totals over the steps
             row[f"{arm}_wall_per_informative"] = sum(step["wall_s"] for step in steps) / informative
@@ -176,9 +198,9 @@ def run_benchmark(args: DynamicBenchArguments) -> list[dict]:
 
 def format_table(table: list[dict]) -> str:
     lines = [
-        "| f | arm | step wall (s) | generation (s) | tokens generated | informative groups / step (full steps) "
-        "| wall per informative group, / TRL | tokens per informative group, / TRL |",
-        "|---|---|---|---|---|---|---|---|",
+        "| f | arm | step wall (s) | generation (s) | scoring (s) | tokens generated | informative groups / step "
+        "(full steps) | wall per informative group, / TRL | tokens per informative group, / TRL |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table:
         for arm in ARMS:
@@ -186,8 +208,10 @@ def format_table(table: list[dict]) -> str:
             def ratio(key, row=row, arm=arm):
                 return "1" if arm == "trl" else f"{row[f'{arm}_{key}_ratio']:.3f}"
 
+            scoring = row.get(f"{arm}_scoring_s")  # absent from runs made before it was timed
             lines.append(
                 f"| {row['f']:.2f} | {arm} | {row[f'{arm}_wall_s']:.2f} | {row[f'{arm}_generation_s']:.2f} "
+                f"| {'-' if scoring is None else f'{scoring:.2f}'} "
                 f"| {row[f'{arm}_generated_tokens']:.0f} | {row[f'{arm}_informative_groups']:.0f} "
                 f"({row[f'{arm}_full_steps']}/{row[f'{arm}_steps']}) | {row[f'{arm}_wall_per_informative']:.3f} s, "
                 f"{ratio('wall_per_informative')} | {row[f'{arm}_tokens_per_informative']:.0f}, "

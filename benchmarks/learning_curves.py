@@ -18,7 +18,7 @@ import itertools
 import statistics
 from dataclasses import dataclass, field
 
-from runs import final_reward, moving, policy_reward, report, run_all
+from runs import final_reward, moving, policy_reward, report, run_all, seed_arm_jobs
 
 ARMS = {
     "trl": [],
@@ -106,12 +106,7 @@ def plot(records: list[dict], args: CurveArguments) -> None:
 
 
 def main(args: CurveArguments) -> None:
-    jobs = [
-        (arm, ARMS[arm], args.learning_rate, seed, args.max_steps, f"{args.runs_dir}/{arm}-seed{seed}.json")
-        for seed in args.seeds
-        for arm in args.arms
-    ]
-    report(run_all(jobs, args.jobs), args, summarise, plot)
+    report(run_all(seed_arm_jobs(args, ARMS), args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from learning_curves import cumulative
-from runs import report, run_all
+from runs import report, run_all, seed_arm_jobs
 
 ARMS = {
     "trl": [],
@@ -130,12 +130,7 @@ def main(args: SkipArguments) -> None:
         "--num_prompts", str(args.num_prompts), "--warm_start_steps", str(args.warm_start_steps),
         "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps), "--per_device_eval_batch_size", "128",
     ]  # fmt: skip
-    jobs = [
-        (arm, ARMS[arm] + common, args.learning_rate, seed, args.max_steps, f"{args.runs_dir}/{arm}-seed{seed}.json")
-        for seed in args.seeds
-        for arm in args.arms
-    ]
-    report(run_all(jobs, args.jobs), args, summarise, plot)
+    report(run_all(seed_arm_jobs(args, ARMS, common), args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import json
 import multiprocessing
 import statistics
 import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -25,7 +27,29 @@ RECORDED = {  # record key -> logged metric (absent metrics give None)
     "frac_reward_zero_std": "frac_reward_zero_std",
     "informative_group_frac": "dynamic_sampling/informative_group_frac",
     "skipped_frac": "prompt_skip/skipped_frac",
+    "all_wrong_group_frac": "spread/all_wrong_group_frac",  # --task spread: of the groups that train
+    "all_right_group_frac": "spread/all_right_group_frac",
 }
+
+
+def timing_generation(trainer_cls):
+    """``trainer_cls`` whose training generation (TRL's ``_generate_single_turn``: the model's own ``generate``) is
+    timed: ``generation_s[step]`` seconds of each optimizer step (refill rounds included, evaluation excluded)."""
+
+    class GenerationTimed(trainer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.generation_s = defaultdict(float)
+
+        def _generate_single_turn(self, *args, **kwargs):
+            start = time.perf_counter()
+            result = super()._generate_single_turn(*args, **kwargs)
+            if self.model.training:
+                self.generation_s[self.state.global_step] += time.perf_counter() - start
+            return result
+
+    GenerationTimed.__name__ = trainer_cls.__name__
+    return GenerationTimed
 
 
 def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
@@ -45,15 +69,30 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
         "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
     ]  # fmt: skip
     if arm == "trl":
-        trainer = run(GRPOTrainer, GRPOConfig, without_package_flags(argv))
+        trainer = run(timing_generation(GRPOTrainer), GRPOConfig, without_package_flags(argv))
     else:
-        trainer = run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, argv)
+        trainer = run(timing_generation(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
     steps = [entry for entry in trainer.state.log_history if "reward" in entry]
     record = {"arm": arm, "learning_rate": lr, "seed": seed}
     record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})
-    record["eval"] = [[e["step"], e["eval_reward"]] for e in trainer.state.log_history if "eval_reward" in e]
+    # step s generated while global_step was s - 1
+    record["generation_s"] = [trainer.generation_s[entry["step"] - 1] for entry in steps]
+    evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
+    record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
+    record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
     Path(path).write_text(json.dumps(record))
     return record
+
+
+def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ()) -> list[tuple]:
+    """One ``run_one`` job per seed and arm of ``args`` (its ``arms``, ``seeds``, ``learning_rate``, ``max_steps`` and
+    ``runs_dir``), seed by seed, with the arm's flags then ``common``."""
+    return [
+        (arm, [*arm_flags[arm], *common], args.learning_rate, seed, args.max_steps,
+         f"{args.runs_dir}/{arm}-seed{seed}.json")
+        for seed in args.seeds
+        for arm in args.arms
+    ]  # fmt: skip
 
 
 def run_all(jobs: list[tuple], processes: int) -> list[dict]:

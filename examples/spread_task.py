@@ -12,6 +12,9 @@ medium   ``ab+c=``, 2 + 1 dig  40%                 partly solved: the signal, le
 hard     ``abc+def=``, 3 + 3   35%                 out of reach within the run: all-wrong groups
 =======  ====================  ==================  ============================================================
 
+How far the warm start gets depends on its seed: in some seeds it already solves part of the hard band
+(``benchmarks/time_to_accuracy.py`` reports the bands per seed).
+
 The held-out split is disjoint from the train split by prompt text in every band (the 100 easy and 900 medium
 prompts are split before drawing; the hard band has 810,000). The reward is ``addition_task.correct_sum_reward``
 against the ``answer`` column, which also logs per band, through TRL's metric store, the accuracy and the share of

@@ -1,0 +1,238 @@
+"""Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
+difficulty-spread task (examples/spread_task.py), over several seeds.
+
+    python benchmarks/time_to_accuracy.py                         # 11 arms x 5 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
+
+Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
+prompts in three difficulty bands, real generation with the model's own ``generate``) with the arm's flags; the same
+seeds, model, data and settings for every arm. At the start and every ``--eval_steps`` steps TRL's own evaluation
+samples ``--eval_samples`` completions for each of the 200 held-out prompts (never trained on), apart from training,
+where no arm chooses its prompts. Generated tokens are TRL's ``num_tokens`` (prompt and completion tokens of every row
+generated, refills included); wall time is the sum of TRL's ``step_time`` (evaluation excluded), split into
+generation (the model's ``generate``, timed) and the rest (scoring and update).
+
+The warm start depends on the seed (the held-out reward at the start ranges over 0.26-0.58 for seeds 0-4, as the
+medium band is learned or not), so the target is per seed, by a rule fixed before the runs: the start plus
+``--target_fraction`` of the gain that base TRL makes on that seed (its final held-out reward: the mean of its last
+two evaluations). An arm's cost to reach it is read at its first evaluation at or above it; ratios to TRL are taken
+per seed, then their median over seeds.
+Runs are cached as JSON in --runs_dir. Writes --table (Markdown) and --plot.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from learning_curves import cumulative
+from runs import report, run_all, seed_arm_jobs
+
+ARMS = {
+    "trl": [],
+    "masking": [],
+    "keep_failed": ["--zero_std_kl", "keep_failed"],
+    "dynamic": ["--dynamic_sampling", "true"],
+    "skip": ["--skip_zero_std_prompts", "true"],
+    "dynamic+skip": ["--dynamic_sampling", "true", "--skip_zero_std_prompts", "true"],
+    # prompt skipping with one history per difficulty band (the dataset's "band" column, as DeepMath's "difficulty")
+    "skip-band": ["--skip_zero_std_prompts", "true", "--skip_history_key", "band"],
+    "dynamic+skip-band": [
+        "--dynamic_sampling",
+        "true",
+        "--skip_zero_std_prompts",
+        "true",
+        "--skip_history_key",
+        "band",
+    ],
+}
+HALF_BATCH = ["--per_device_train_batch_size", "64"]  # 8 groups a step instead of 16
+ARMS.update({f"{arm}-8g": [*flags, *HALF_BATCH] for arm, flags in list(ARMS.items())})
+BANDS = ("easy", "medium", "hard")
+
+
+@dataclass
+class TimeToAccuracyArguments:
+    arms: list[str] = field(
+        default_factory=lambda: [
+            "trl",
+            "masking",
+            "keep_failed",
+            "dynamic",
+            "skip",
+            "dynamic+skip",
+            "skip-band",
+            "dynamic+skip-band",
+            "trl-8g",
+            "skip-8g",
+            "dynamic+skip-8g",
+        ],
+        metadata={"help": f"Of {list(ARMS)} (-8g: 8 groups a step instead of 16)."},
+    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    learning_rate: float = field(default=1e-3, metadata={"help": "The main job's default."})
+    max_steps: int = field(default=300)
+    eval_steps: int = field(default=30)
+    eval_samples: int = field(default=8, metadata={"help": "Completions per held-out prompt at each evaluation."})
+    target_fraction: float = field(
+        default=0.9,
+        metadata={"help": "Per seed, the target is the start plus this fraction of base TRL's held-out gain."},
+    )
+    plot_arms: list[str] = field(
+        default_factory=lambda: ["trl", "masking", "dynamic", "skip", "dynamic+skip", "dynamic+skip-8g"],
+        metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
+    )
+    jobs: int = field(default=2)
+    runs_dir: str = field(default="outputs/time_to_accuracy")
+    table: str = field(default="docs/time_to_accuracy.md")
+    plot: str = field(default="docs/time_to_accuracy.png")
+
+
+def eval_points(record: dict) -> list[tuple[int, float, float, float, float]]:
+    """``(step, held-out reward, generated tokens, wall s, generation s)`` at each evaluation."""
+    tokens = [0.0, *record["num_tokens"]]
+    wall, generation = [0.0, *cumulative(record["step_time"])], [0.0, *cumulative(record["generation_s"])]
+    return [(step, reward, tokens[step], wall[step], generation[step]) for step, reward in record["eval"]]
+
+
+def reached(record: dict, target: float) -> tuple[float, float, float] | None:
+    """Tokens, wall seconds and generation seconds at the first evaluation at or above ``target`` (None: never)."""
+    return next(((t, w, g) for _, reward, t, w, g in eval_points(record) if reward >= target), None)
+
+
+def final_reward(record: dict) -> float:
+    """Held-out reward at the end: the mean of the last two evaluations (one evaluation's noise is about 0.015)."""
+    return statistics.fmean(reward for _, reward in record["eval"][-2:])
+
+
+def targets(records: list[dict], fraction: float) -> dict[int, float]:
+    """Per seed: the start plus ``fraction`` of base TRL's held-out gain on that seed (every arm starts alike)."""
+    return {
+        r["seed"]: r["eval"][0][1] + fraction * (final_reward(r) - r["eval"][0][1])
+        for r in records
+        if r["arm"] == "trl"
+    }
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
+    per_arm = {arm: [r for r in records if r["arm"] == arm] for arm in args.arms}
+    target = targets(records, args.target_fraction)
+    base = {r["seed"]: reached(r, target[r["seed"]]) for r in per_arm["trl"]}
+    lines = [
+        f"Target per seed: the start plus {args.target_fraction} of base TRL's held-out gain on that seed "
+        f"({', '.join(f'seed {s}: {t:.3f}' for s, t in sorted(target.items()))}). Costs to target: medians over the "
+        "seeds that reach it; ratios to TRL: per seed, then their median.",
+        "",
+        "| arm | held-out reward: start -> final (gain) | seeds reaching target | tokens to target (M), / TRL "
+        "| wall to target (s), / TRL | of which generation (s) | whole run: tokens (M), wall (s), generation share "
+        "| groups generated in the 2nd half: all-wrong / all-correct |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, runs in per_arm.items():
+        starts, finals = [r["eval"][0][1] for r in runs], [final_reward(r) for r in runs]
+        gains = [final - start for start, final in zip(starts, finals)]
+        hit = {r["seed"]: reached(r, target[r["seed"]]) for r in runs}
+        hits = [point for point in hit.values() if point]
+        tokens, wall, generation = (median([point[i] for point in hits]) for i in range(3))
+        paired = [(hit[s], base[s]) for s in hit if hit[s] and base.get(s)]
+        token_ratio = median([ours[0] / theirs[0] for ours, theirs in paired])
+        wall_ratio = median([ours[1] / theirs[1] for ours, theirs in paired])
+        half = len(runs[0]["reward"]) // 2
+        wrong = statistics.fmean(statistics.fmean(r["all_wrong_group_frac"][half:]) for r in runs)
+        right = statistics.fmean(statistics.fmean(r["all_right_group_frac"][half:]) for r in runs)
+        run_tokens = statistics.fmean(r["num_tokens"][-1] for r in runs)
+        run_wall = statistics.fmean(sum(r["step_time"]) for r in runs)
+        run_generation = statistics.fmean(sum(r["generation_s"]) / sum(r["step_time"]) for r in runs)
+        lines.append(
+            f"| {arm} | {statistics.fmean(starts):.3f} -> {statistics.fmean(finals):.3f} "
+            f"({statistics.fmean(gains):+.3f} ± {statistics.stdev(gains) if len(gains) > 1 else 0:.3f}) "
+            f"| {len(hits)}/{len(runs)} "
+            f"| {tokens / 1e6:.3f}, {token_ratio:.2f} | {wall:.1f}, {wall_ratio:.2f} "
+            f"| {generation:.1f} "
+            f"| {run_tokens / 1e6:.3f}, {run_wall:.0f}, {run_generation:.0%} | {wrong:.2f} / {right:.2f} |"
+        )
+    lines += ["", "Per seed, tokens (M) to target (-: not reached) and held-out gain (final - start):", ""]
+    lines += [
+        "| arm | " + " | ".join(f"seed {seed}" for seed in args.seeds) + " |",
+        "|---" * (len(args.seeds) + 1) + "|",
+    ]
+    for arm, runs in per_arm.items():
+        by_seed = {r["seed"]: r for r in runs}
+        cells = []
+        for seed in args.seeds:
+            record = by_seed.get(seed)
+            point = reached(record, target[seed]) if record and seed in target else None
+            gain = final_reward(record) - record["eval"][0][1] if record else float("nan")
+            cells.append(f"{point[0] / 1e6:.3f}, {gain:+.3f}" if point else f"-, {gain:+.3f}")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
+    lines += ["| arm | " + " | ".join(BANDS) + " |", "|---" * (len(BANDS) + 1) + "|"]
+    for arm, runs in per_arm.items():
+        cells = [
+            f"{statistics.fmean(r['eval_bands'][0][band] for r in runs):.2f} -> "
+            f"{statistics.fmean(r['eval_bands'][-1][band] for r in runs):.2f}"
+            for band in BANDS
+        ]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
+    """Held-out gain over the start (each seed starts from its own warm start) against generated tokens and wall time:
+    the mean over seeds per arm, each seed faint; the dotted line is the mean target gain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    target = targets(records, args.target_fraction)
+    start = {r["seed"]: r["eval"][0][1] for r in records if r["arm"] == "trl"}
+    figure, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    base = [r for r in records if r["arm"] == "trl"]
+    axes[0].set_xlim(0, 2.5 * statistics.fmean(r["num_tokens"][-1] for r in base) / 1e6)  # dynamic runs go far past
+    axes[1].set_xlim(0, 2.5 * statistics.fmean(sum(r["step_time"]) for r in base))
+    for index, arm in enumerate(args.plot_arms):
+        runs = [r for r in records if r["arm"] == arm]
+        if not runs:
+            continue
+        points = [[(p[1] - start[r["seed"]], p[2] / 1e6, p[3]) for p in eval_points(r)] for r in runs]
+        for run_points in points:
+            axes[0].plot([p[1] for p in run_points], [p[0] for p in run_points], color=f"C{index}", alpha=0.15)
+            axes[1].plot([p[2] for p in run_points], [p[0] for p in run_points], color=f"C{index}", alpha=0.15)
+        mean = [[statistics.fmean(run[k][i] for run in points) for k in range(len(points[0]))] for i in range(3)]
+        axes[0].plot(mean[1], mean[0], "o-", color=f"C{index}", label=arm, markersize=3)
+        axes[1].plot(mean[2], mean[0], "o-", color=f"C{index}", label=arm, markersize=3)
+    axes[0].set_xlabel("generated tokens (millions, TRL's num_tokens)")
+    axes[1].set_xlabel("wall clock (s, sum of step times, evaluation excluded)")
+    axes[0].set_ylabel(f"held-out reward - start ({args.eval_samples} samples per prompt)")
+    mean_target = statistics.fmean(target[seed] - start[seed] for seed in target)
+    for axis in axes:
+        axis.axhline(mean_target, color="grey", linestyle=":", linewidth=1, label="target (mean over seeds)")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(
+        f"Difficulty-spread task, held-out split: {len(args.seeds)} seeds per arm (mean over seeds, faint: each seed)"
+    )
+    figure.tight_layout()
+    figure.savefig(args.plot, dpi=110)
+    plt.close(figure)
+
+
+def main(args: TimeToAccuracyArguments) -> None:
+    common = [
+        "--task", "spread", "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps),
+        "--eval_on_start", "true", "--num_generations_eval", str(args.eval_samples),
+        "--per_device_eval_batch_size", "200", "--max_completion_length", "6",
+    ]  # fmt: skip
+    report(run_all(seed_arm_jobs(args, ARMS, common), args.jobs), args, summarise, plot)
+
+
+if __name__ == "__main__":
+    from trl import TrlParser
+
+    (parsed,) = TrlParser((TimeToAccuracyArguments,)).parse_args_and_config()
+    main(parsed)
