@@ -60,8 +60,6 @@ class DynamicSamplingMixin:
     prompt_skipper: PromptSkipper | None = None
 
     def _init_dynamic_sampling(self) -> None:
-        self.prompt_stream: PromptStream | None = None
-        self.prompt_skipper: PromptSkipper | None = None
         self.informative_history = (0.0, 0.0)  # decayed (informative, generated) group counts of earlier batches
         self._cap_warned = False
         used = [name for name in ("dynamic_sampling", "skip_zero_std_prompts") if getattr(self.masking, name)]
