@@ -27,18 +27,23 @@ def free_port() -> str:
         return str(probe.getsockname()[1])
 
 
+def two_process_command(*script: str) -> list[str]:
+    """``accelerate launch`` of ``script`` (a path and its arguments) over 2 CPU processes (gloo), on a free port."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
+        *script,
+    ]  # fmt: skip
+
+
 def launch(model_dir, out_dir, kind, scenario, num_processes=2):
     """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results."""
     out_dir.mkdir()
     if num_processes == 1:
         run_worker(model_dir, str(out_dir), kind, scenario)
     else:
-        command = [
-            sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            "--main_process_port", free_port(),
-            str(WORKER), model_dir, str(out_dir), kind, scenario,
-        ]  # fmt: skip
+        assert num_processes == 2
+        command = two_process_command(str(WORKER), model_dir, str(out_dir), kind, scenario)
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         assert done.returncode == 0, done.stderr[-4000:]
     results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]

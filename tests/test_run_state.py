@@ -10,21 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_distributed import free_port
+from test_distributed import two_process_command
 
 WORKER = Path(__file__).parent / "resume_worker.py"
 TIMEOUT_S = 300
 
 
 def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
-    launcher = [
-        "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
-    ]  # fmt: skip
-    command = [
-        sys.executable, *(launcher if processes == 2 else []), str(WORKER), model_dir, str(run_dir), mode, kind,
-        *([str(killed_run_dir)] if killed_run_dir else []),
-    ]  # fmt: skip
+    script = [str(WORKER), model_dir, str(run_dir), mode, kind, *([str(killed_run_dir)] if killed_run_dir else [])]
+    command = two_process_command(*script) if processes == 2 else [sys.executable, *script]
     return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
 
 

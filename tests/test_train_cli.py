@@ -111,17 +111,14 @@ def test_two_process_launch_of_the_example_exits_cleanly(tmp_path):
     code 0 and no C++ abort: the script destroys the process group (``train_cli.main``). Without that, torch's gloo
     threads can abort the exit after training finished (``tests/stress_launches.py`` counts it)."""
     import subprocess
-    import sys
     from pathlib import Path
 
-    from test_distributed import free_port
+    from test_distributed import two_process_command
 
     script = Path(__file__).resolve().parents[1] / "examples" / "train_grpo.py"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
-        str(script), "--output_dir", str(tmp_path), *TINY_RUN, "--warm_start_steps", "0", "--plot", "false",
-    ]  # fmt: skip
+    command = two_process_command(
+        str(script), "--output_dir", str(tmp_path), *TINY_RUN, "--warm_start_steps", "0", "--plot", "false"
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-4000:]
     history = json.loads((tmp_path / "metrics.json").read_text())
