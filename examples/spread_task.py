@@ -16,9 +16,9 @@ How far the warm start gets depends on its seed: in some seeds it already solves
 (``benchmarks/time_to_accuracy.py`` reports the bands per seed).
 
 The held-out split is disjoint from the train split by prompt text in every band (the 100 easy and 900 medium
-prompts are split before drawing; the hard band has 810,000). The reward is ``addition_task.correct_sum_reward``
-against the ``answer`` column, which also logs per band, through TRL's metric store, the accuracy and the share of
-all-wrong and all-correct groups (the ``band`` column names each row's band).
+prompts are split before drawing; the hard band has 810,000). The reward is ``banded_sum_reward``:
+``addition_task.correct_sum_reward`` against the ``answer`` column, which also logs per band, through TRL's metric
+store, the accuracy and the share of all-wrong and all-correct groups (the ``band`` column names each row's band).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ class Band:
 
     def operands(self, digits: int) -> range:
         return range(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
+
+    def size(self) -> int:
+        """Distinct prompts of the band."""
+        return len(self.operands(self.left_digits)) * len(self.operands(self.right_digits))
 
     def all_pairs(self) -> list[tuple[int, int]]:
         return [(a, b) for a in self.operands(self.left_digits) for b in self.operands(self.right_digits)]
@@ -75,7 +79,7 @@ def spread_splits(
     rng = random.Random(seed)
     train, held_out = [], []
     for band, n_train, n_eval in zip(BANDS, band_counts(num_train), band_counts(num_eval)):
-        if len(band.all_pairs()) <= ENUMERABLE:
+        if band.size() <= ENUMERABLE:
             pairs = band.all_pairs()
             rng.shuffle(pairs)
             cut = max(n_eval, round(len(pairs) * HELD_OUT_PAIR_SHARE)) if n_eval else 0

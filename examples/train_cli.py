@@ -181,8 +181,11 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
     reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs or [DEFAULT_REWARDS[script_args.task]]]
     train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     if model_args.model_name_or_path is None:
+        warm_start_data = train_dataset  # the embedded task's; a user's dataset may have no "answer" column
+        if script_args.dataset_name is not None:
+            warm_start_data = addition_task.addition_dataset(script_args.num_prompts, seed=training_args.seed)
         model = prepare_tiny_model(
-            Path(training_args.output_dir) / "warm_start", train_dataset, script_args, training_args
+            Path(training_args.output_dir) / "warm_start", warm_start_data, script_args, training_args
         )
     else:
         model = model_args.model_name_or_path

@@ -123,3 +123,12 @@ def test_two_process_launch_of_the_example_exits_cleanly(tmp_path):
     assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-4000:]
     history = json.loads((tmp_path / "metrics.json").read_text())
     assert [entry["step"] for entry in history if "reward" in entry] == [1, 2]
+
+
+def test_tiny_model_on_a_dataset_file_is_warm_started_on_the_addition_task(tmp_path):
+    """A user's prompt file needs no "answer" column: the tiny model's warm start uses the embedded addition task."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(f'{{"prompt": "{a}+{a}="}}\n' for a in range(8)))
+    trainer = run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, ["--output_dir", str(tmp_path), "--dataset_name", str(data),
+                                                          *TINY_RUN, "--plot", "false"])  # fmt: skip
+    assert trainer.state.global_step == 2 and (tmp_path / "warm_start" / "model.safetensors").is_file()
