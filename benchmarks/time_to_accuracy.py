@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                         # 11 arms x 5 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                         # 13 arms x 5 seeds, 300 steps each, 2 runs at a time
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -48,6 +48,8 @@ ARMS = {
 }
 HALF_BATCH = ["--per_device_train_batch_size", "64"]  # 8 groups a step instead of 16
 ARMS.update({f"{arm}-8g": [*flags, *HALF_BATCH] for arm, flags in list(ARMS.items())})
+ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor allows
+ARMS.update({f"{arm}-t0": [*ARMS[arm], *ZERO_TARGET] for arm in ("skip", "dynamic+skip")})
 BANDS = ("easy", "medium", "hard")
 
 
@@ -66,8 +68,12 @@ class TimeToAccuracyArguments:
             "trl-8g",
             "skip-8g",
             "dynamic+skip-8g",
+            "skip-t0",
+            "dynamic+skip-t0",
         ],
-        metadata={"help": f"Of {list(ARMS)} (-8g: 8 groups a step instead of 16)."},
+        metadata={
+            "help": f"Of {list(ARMS)} (-8g: 8 groups a step instead of 16; -t0: skip_target_zero_std_frac=0)."
+        },
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     learning_rate: float = field(default=1e-3, metadata={"help": "The main job's default."})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -43,60 +44,109 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
 
 
-# A tiny vision-language model (LLaVA layout: CLIP vision tower, Qwen2 text model), built locally. The char tokenizer
-# gains an <image> token; the chat template renders image parts as <image>, which the processor expands to the
-# 4 patch tokens of an 8x8 image.
-VLM_CHAT_TEMPLATE = (
-    "{% for m in messages %}{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for p in m['content'] %}"
-    "{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
-)
-
-
-@pytest.fixture(scope="session")
-def tiny_vlm_dir(tmp_path_factory):
-    from transformers import (
-        CLIPImageProcessorPil,
-        CLIPVisionConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-        Qwen2Config,
+# Tiny vision-language models, built locally, in the two layouts TRL handles differently: LLaVA (CLIP vision tower,
+# Qwen2 text model; pixel values one row per image) and Qwen2-VL (pixel values flat over patches, image_grid_thw per
+# image). The char tokenizer gains the image tokens; the chat template renders image parts as them, and the
+# processor expands them to the image's tokens.
+def vlm_chat_template(image_part: str) -> str:
+    return (
+        "{% for m in messages %}{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+        "{% for p in m['content'] %}{% if p['type'] == 'image' %}" + image_part + "{% else %}{{ p['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}{% endfor %}"
     )
 
+
+@dataclass(frozen=True)
+class TinyVLM:
+    """A saved tiny VLM and its processor (TRL loads the reference model from ``path``)."""
+
+    path: str
+    processor: object
+
+
+def tiny_llava(path: str) -> TinyVLM:
+    from transformers import CLIPImageProcessorPil, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import LlavaProcessor, Qwen2Config
+
+    template = vlm_chat_template("<image>")
     tokenizer = build_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    tokenizer.chat_template = VLM_CHAT_TEMPLATE
+    tokenizer.chat_template = template
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessorPil(size={"shortest_edge": 8}, crop_size={"height": 8, "width": 8}),
-        tokenizer=tokenizer,
-        patch_size=4,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-        chat_template=VLM_CHAT_TEMPLATE,
-    )
+        tokenizer=tokenizer, patch_size=4, vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        chat_template=template,
+    )  # fmt: skip
     vision = CLIPVisionConfig(
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8, patch_size=4
     )
-    text = Qwen2Config(
+    config = LlavaConfig(
+        vision_config=vision, text_config=tiny_text_config(tokenizer), vision_feature_select_strategy="default",
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-1,
+    )  # fmt: skip
+    return save_vlm(LlavaForConditionalGeneration, config, tokenizer, processor, path)
+
+
+def tiny_qwen2vl(path: str) -> TinyVLM:
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
+    from transformers import Qwen2VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
+        """Qwen2-VL's processor without its video processor (which needs torchvision)."""
+
+        @classmethod
+        def get_attributes(cls):
+            return ["image_processor", "tokenizer"]
+
+        def __init__(self, image_processor, tokenizer, chat_template=None):
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    template = vlm_chat_template("<|vision_start|><|image_pad|><|vision_end|>")
+    tokenizer = build_tokenizer()
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]}
+    )
+    tokenizer.chat_template = template
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=4 * 28 * 28)  # 28x28: 4 patches
+    processor = ImageOnlyQwen2VLProcessor(image_processor, tokenizer, chat_template=template)
+    text = tiny_text_config(tokenizer).to_dict() | {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}
+    token_ids = {
+        f"{name}_token_id": tokenizer.convert_tokens_to_ids(token)
+        for name, token in [("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
+                            ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")]
+    }  # fmt: skip
+    vision = dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2)
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, **token_ids)
+    return save_vlm(Qwen2VLForConditionalGeneration, config, tokenizer, processor, path)
+
+
+def tiny_text_config(tokenizer):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=2, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
     )  # fmt: skip
-    config = LlavaConfig(
-        vision_config=vision,
-        text_config=text,
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
-    )
+
+
+def save_vlm(model_cls, config, tokenizer, processor, path: str) -> TinyVLM:
     torch.manual_seed(0)
-    model = LlavaForConditionalGeneration(config)
+    model = model_cls(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    path = str(tmp_path_factory.mktemp("vlm") / "model")
     model.save_pretrained(path)
-    processor.save_pretrained(path)
-    return path
+    return TinyVLM(path, processor)
+
+
+@pytest.fixture(scope="session", params=["llava", "qwen2vl"])
+def tiny_vlm(request, tmp_path_factory) -> TinyVLM:
+    build = {"llava": tiny_llava, "qwen2vl": tiny_qwen2vl}[request.param]
+    return build(str(tmp_path_factory.mktemp(request.param) / "model"))
 
 
 @pytest.fixture(scope="session")
@@ -147,11 +197,13 @@ def table_reward(table):
 
 @pytest.fixture
 def make_trainer(tokenizer, base_model, tmp_path):
-    """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model."""
+    """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model
+    (``streaming``: the train set as an ``IterableDataset``)."""
 
     def make(
-        kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, peft_config=None, **config
-    ):
+        kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS, model=None, peft_config=None,
+        streaming=False, **config,
+    ):  # fmt: skip
         trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
         settings = dict(
             output_dir=str(tmp_path / ("ours" if ours else "base")),
@@ -178,7 +230,7 @@ def make_trainer(tokenizer, base_model, tmp_path):
             model=copy.deepcopy(model if model is not None else base_model),
             reward_funcs=reward_funcs,
             args=args,
-            train_dataset=dataset,
+            train_dataset=dataset.to_iterable_dataset() if streaming else dataset,
             eval_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
@@ -327,3 +379,81 @@ def clipped_loss_metrics(make_trainer, prompts, completions):
         move_policy_away(trainer.model, scale=0.2)
         loss_and_grads(trainer, batch)
     return base, ours
+
+
+VLM_INFORMATIVE = ["5 x", "4", "5", "2 yy"]  # first characters odd, even, odd, even: two right, two wrong
+IMAGE_COLORS = {"1+1=": (200, 30, 30), "2+3=": (30, 30, 200), "4+4=": (30, 200, 30), "3+5=": (200, 200, 30)}
+
+
+def vlm_trainer(vlm: TinyVLM, output_dir, ours=True, kind="grpo", prompts=MIXED_PROMPTS, **config):
+    """A trainer on a tiny local VLM; every prompt has its own image (``IMAGE_COLORS``)."""
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": p}] for p in prompts], "image": [prompt_image(p) for p in prompts]}
+    )
+    settings = dict(
+        output_dir=str(output_dir), per_device_train_batch_size=8, num_generations=4, max_completion_length=4,
+        beta=0.1, max_steps=2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
+    )  # fmt: skip
+    settings.update(config)
+    trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
+
+    def reward(completions, prompts, **kwargs):  # "1+1=" always right (a tied group); else the first character
+        return [
+            1.0 if "1+1" in str(p) else float(ord((c[0]["content"] or "a")[0]) % 2)
+            for p, c in zip(prompts, completions)
+        ]
+
+    return trainer_cls(
+        model=vlm.path,
+        reward_funcs=reward,
+        args=config_cls(**settings),
+        train_dataset=dataset,
+        processing_class=copy.deepcopy(vlm.processor),
+    )
+
+
+def prompt_image(prompt: str):
+    from PIL import Image
+
+    return Image.new("RGB", (28, 28), IMAGE_COLORS[prompt])
+
+
+def vlm_batch(trainer, prompts, completions):
+    """Training-mode output for ``prompts`` x ``num_generations`` rows, each with its prompt's image."""
+    images = {row["prompt"][0]["content"]: row["image"] for row in trainer.train_dataset}
+    stub_generation(trainer, completions)
+    trainer.model.train()
+    rows = [{"prompt": [{"role": "user", "content": p}], "image": images[p]} for p in prompts for _ in range(4)]
+    return trainer._generate_and_score_completions(rows)
+
+
+# A tiny model for environment_factory and tools: every printable ASCII character is a token, plus Qwen3's chat
+# special tokens and its chat template (which TRL can parse tool calls from).
+TOOL_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
+                       "</tool_response>", "<think>", "</think>"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_tool_model_dir(tmp_path_factory):
+    import string
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_chat_template
+
+    from tiny_model import build_model
+
+    vocab = {token: i for i, token in enumerate(["<pad>", *dict.fromkeys(string.printable)])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>")
+    tokenizer.add_special_tokens({"additional_special_tokens": TOOL_SPECIAL_TOKENS})
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = qwen3_chat_template
+    model = build_model(tokenizer, hidden_size=32, num_heads=2)
+    model.config.max_position_embeddings = 1024
+    path = str(tmp_path_factory.mktemp("tools") / "model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -50,6 +50,12 @@ SCENARIOS = {
         "config": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "max_steps": 3},
         "reward": answer_reward,
     },
+    "skipping_streaming": {  # the train set as an IterableDataset: histories keyed by hashed prompts
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "max_steps": 3},
+        "reward": answer_reward,
+        "streaming": True,
+    },
 }
 
 
@@ -124,11 +130,12 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         settings["skip_masked_rows"] = skip == "skip"
     else:
         settings = {key: value for key, value in settings.items() if key not in ZERO_STD_FIELDS}
+    dataset = Dataset.from_dict({"prompt": setup["prompts"]})
     trainer = trainer_cls(
         model=model_dir,
         reward_funcs=setup["reward"],
         args=config_cls(**settings),
-        train_dataset=Dataset.from_dict({"prompt": setup["prompts"]}),
+        train_dataset=dataset.to_iterable_dataset() if setup.get("streaming") else dataset,
         processing_class=tokenizer,
     )
     stub_generation(trainer, completions_for)
@@ -161,7 +168,13 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
     }
     skipper = getattr(trainer, "prompt_skipper", None)
     if skipper is not None:
-        result["skip_history"] = {"kind": skipper.history.kind.tolist(), "streak": skipper.history.streak.tolist()}
+        slots = range(len(skipper.history.kind))
+        if skipper.hashed is not None:  # the slots in use, by the key that holds each
+            slots = skipper.hashed.keys.nonzero().view(-1).tolist()
+            result["skip_keys"] = skipper.hashed.keys[slots].tolist()
+        result["skip_history"] = {
+            "kind": skipper.history.kind[slots].tolist(), "streak": skipper.history.streak[slots].tolist()
+        }
         result["explore_probs"] = skipper.explore.state_dict()
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]

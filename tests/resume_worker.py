@@ -6,10 +6,11 @@ at step 3, in one of three modes, launched as a subprocess (``accelerate launch`
 - ``resume``: a new process resumed from the killed run's checkpoint-3.
 
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
-``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash of every parameter's bytes and the
+``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
+the stream, the history is keyed by hashed prompts); ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash of every parameter's bytes and the
 logged metrics of each step (timings dropped).
 
-Usage: resume_worker.py MODEL_DIR RUN_DIR full|kill|resume ours|base [KILLED_RUN_DIR]
+Usage: resume_worker.py MODEL_DIR RUN_DIR full|kill|resume ours|ours-streaming|base [KILLED_RUN_DIR]
 """
 
 import hashlib
@@ -51,18 +52,20 @@ def parameter_hash(model) -> str:
 
 
 def main(model_dir, run_dir, mode, trainer_kind="ours", killed_run_dir=None):
-    trainer_cls, config_cls = (OUR_CLASSES if trainer_kind == "ours" else BASE_CLASSES)["grpo"]
+    ours = trainer_kind.startswith("ours")
+    trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)["grpo"]
     settings = dict(
         output_dir=run_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4, max_completion_length=4, learning_rate=1e-3, beta=0.04, max_steps=MAX_STEPS,
         save_strategy="steps", save_steps=CHECKPOINT_STEP, logging_steps=1, report_to="none", use_cpu=True,
-        bf16=False, seed=0, disable_tqdm=True, **(OURS if trainer_kind == "ours" else {}),
+        bf16=False, seed=0, disable_tqdm=True, **(OURS if ours else {}),
     )  # fmt: skip
+    dataset = addition_dataset(64, seed=0)
     trainer = trainer_cls(
         model=model_dir,
         reward_funcs=correct_sum_reward,
         args=config_cls(**settings),
-        train_dataset=addition_dataset(64, seed=0),
+        train_dataset=dataset.to_iterable_dataset() if trainer_kind == "ours-streaming" else dataset,
         processing_class=build_tokenizer(),
     )
     if mode == "kill":

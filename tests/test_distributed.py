@@ -14,7 +14,7 @@ import pytest
 from dp_worker import SCENARIOS
 from dp_worker import main as run_worker
 
-from trl_zerostd.skipping import Outcome
+from trl_zerostd.skipping import Outcome, history_key
 
 WORKER = Path(__file__).parent / "dp_worker.py"
 TIMEOUT_S = 300
@@ -93,15 +93,22 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir,
     assert results[0]["logs"][0]["dynamic_sampling/rounds"] == 3
 
 
-def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path):
-    """Every rank records the same outcome per prompt and takes the same skip decisions as one process."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "skipping")
-    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "skipping", num_processes=1)
+@pytest.mark.parametrize("scenario", ["skipping", "skipping_streaming"])
+def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scenario):
+    """Every rank records the same outcome per prompt and takes the same skip decisions as one process (a streaming
+    dataset: every rank reads the same rows and keys their histories by the same hashes)."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", scenario)
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)
     for result in ranks:
         assert result["skip_history"] == single[0]["skip_history"]
+        assert result.get("skip_keys") == single[0].get("skip_keys")
         assert result["explore_probs"] == single[0]["explore_probs"]
-    kinds = dict(zip(SCENARIOS["skipping"]["prompts"], single[0]["skip_history"]["kind"], strict=True))
+    prompts = SCENARIOS[scenario]["prompts"]
+    if scenario == "skipping_streaming":  # the hashed slots in use, put back in the order of the prompts
+        order = [single[0]["skip_keys"].index(history_key(prompt)) for prompt in prompts]
+        single[0]["skip_history"]["kind"] = [single[0]["skip_history"]["kind"][i] for i in order]
+    kinds = dict(zip(prompts, single[0]["skip_history"]["kind"], strict=True))
     assert kinds["1+1="] == Outcome.ALL_HIGH  # drawn at least once in 3 steps, always all right
     assert {kinds[p] for p in ("2+3=", "4+4=", "3+5=")} == {Outcome.INFORMATIVE}
     drawn = [entry["prompt_skip/prompts_drawn"] for entry in ranks[0]["logs"]]

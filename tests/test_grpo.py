@@ -9,6 +9,7 @@ from conftest import (
     LOSS_TYPES,
     MIXED_PROMPTS,
     TIED,
+    VLM_INFORMATIVE,
     answer_or_not,
     assert_all_zero,
     assert_grads_close,
@@ -18,10 +19,13 @@ from conftest import (
     loss_and_grads,
     move_policy_away,
     moved_by_train,
+    prompt_image,
     rows_of,
     stub_generation,
     table_reward,
     train_batch,
+    vlm_batch,
+    vlm_trainer,
 )
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
@@ -379,63 +383,63 @@ def test_clip_ratio_extremes_cover_the_trained_rows(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def vlm_trainer(model_dir, output_dir, ours=True, **config):
-    from PIL import Image
-    from transformers import AutoProcessor
-
-    image = Image.new("RGB", (8, 8), (200, 30, 30))
-    dataset = Dataset.from_dict(
-        {"prompt": [[{"role": "user", "content": p}] for p in MIXED_PROMPTS], "image": [image, image]}
-    )
-    settings = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=8, num_generations=4, max_completion_length=4,
-        beta=0.1, max_steps=2, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
-    )  # fmt: skip
-    trainer_cls, config_cls = (ZeroStdGRPOTrainer, ZeroStdGRPOConfig) if ours else (GRPOTrainer, GRPOConfig)
-
-    def reward(completions, prompts, **kwargs):  # "1+1=" always right (a tied group); else the first character
-        return [
-            1.0 if "1+1" in str(p) else float(ord((c[0]["content"] or "a")[0]) % 2)
-            for p, c in zip(prompts, completions)
-        ]
-
-    return trainer_cls(
-        model=model_dir,
-        reward_funcs=reward,
-        args=config_cls(**settings, **config),
-        train_dataset=dataset,
-        processing_class=AutoProcessor.from_pretrained(model_dir),
-    )
-
-
-def test_image_inputs_train_end_to_end(tiny_vlm_dir, tmp_path):
+def test_image_inputs_train_end_to_end(tiny_vlm, tmp_path):
     """Real generation with a local vision-language model: the tied group is masked on every step and training
-    runs through the image path (rows not sliced: masked rows are forwarded and get constant log-probs)."""
-    trainer = vlm_trainer(tiny_vlm_dir, tmp_path)
+    runs through the image path."""
+    trainer = vlm_trainer(tiny_vlm, tmp_path)
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     assert len(logged) == 2 and all(entry["zero_std/masked_group_frac"] >= 0.5 for entry in logged)
 
 
-def test_image_inputs_tied_group_puts_no_kl_gradient(tiny_vlm_dir, tmp_path):
+def test_image_inputs_tied_group_puts_no_kl_gradient(tiny_vlm, tmp_path):
     grads = {}
     for ours in (True, False):
-        trainer = vlm_trainer(tiny_vlm_dir, tmp_path / str(ours), ours=ours)
+        trainer = vlm_trainer(tiny_vlm, tmp_path / str(ours), ours=ours)
         move_policy_away(trainer.model)
-        stub_generation(trainer, TIED)
-        trainer.model.train()
-        rows = [{"prompt": [{"role": "user", "content": "1+1="}], "image": trainer.train_dataset[0]["image"]}] * 4
-        batch = trainer._generate_and_score_completions(rows)
+        batch = vlm_batch(trainer, ["1+1="], TIED)
         assert "pixel_values" in batch
         grads[ours] = loss_and_grads(trainer, batch)[1]
     assert grad_norm(grads[False]) > 1e-4
     assert_all_zero(grads[True])
 
 
-def test_image_inputs_refuse_exclude(tiny_vlm_dir, tmp_path):
-    trainer = vlm_trainer(tiny_vlm_dir, tmp_path, zero_std_normalization="exclude")
-    with pytest.raises(NotImplementedError, match="zero_std_normalization='exclude'"):
-        trainer.train()
+def test_image_inputs_exclude_gradients_equal_trl_on_the_informative_group(tiny_vlm, tmp_path):
+    """'exclude' with images (each prompt its own image): the masked group's rows leave the micro-batch, images
+    included, and the gradients are TRL's on the informative group alone (beta > 0, policy moved)."""
+    ours = vlm_trainer(tiny_vlm, tmp_path / "ours", zero_std_normalization="exclude")
+    base = vlm_trainer(tiny_vlm, tmp_path / "base", ours=False)
+    results = {}
+    for trainer, prompts, completions in ((ours, MIXED_PROMPTS, TIED + VLM_INFORMATIVE),
+                                          (base, ["2+3="], VLM_INFORMATIVE)):  # fmt: skip
+        move_policy_away(trainer.model)
+        results[trainer is ours] = loss_and_grads(trainer, vlm_batch(trainer, prompts, completions))
+    assert grad_norm(results[False][1]) > 1e-4
+    torch.testing.assert_close(results[True][0], results[False][0])
+    assert_grads_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-7)
+
+
+def test_image_inputs_masked_rows_are_not_forwarded(tiny_vlm, tmp_path):
+    """skip_masked_rows with images: the loss forward gets the informative group's rows and their images only, and
+    the gradients equal those of forwarding every row."""
+    results = {}
+    for skip in (True, False):
+        trainer = vlm_trainer(tiny_vlm, tmp_path / str(skip), skip_masked_rows=skip)
+        move_policy_away(trainer.model)
+        batch = vlm_batch(trainer, MIXED_PROMPTS, TIED + VLM_INFORMATIVE)
+        forwarded = []
+        forward = trainer.model.forward
+
+        def counting_forward(*args, **kwargs):
+            forwarded.append((kwargs["input_ids"].shape[0], kwargs["pixel_values"].shape[0]))
+            return forward(*args, **kwargs)
+
+        trainer.model.forward = counting_forward
+        results[skip] = (forwarded, loss_and_grads(trainer, batch)[1])
+    per_image = len(trainer.processing_class.image_processor(prompt_image("1+1="))["pixel_values"])  # rows of one
+    assert results[True][0] == [(4, 4 * per_image)] and results[False][0] == [(8, 8 * per_image)]
+    assert grad_norm(results[True][1]) > 1e-4
+    assert_grads_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-7)
 
 
 # ---------------------------------------------------------------------------------------------------------------

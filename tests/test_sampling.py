@@ -5,6 +5,7 @@ import torch
 
 from trl_zerostd.sampling import (
     PromptStream,
+    RowStream,
     choose_groups,
     first_round_extra,
     part_major_order,
@@ -103,3 +104,49 @@ def test_draw_is_reproducible_and_resumes_from_its_state():
     resumed = PromptStream(20, seed=1)
     resumed.load_state_dict(stream.state_dict())
     assert first[0] + resumed.draw(18, half)[0] == draws[0]
+
+
+# RowStream: a streaming dataset's rows
+
+
+def row_stream(num_rows: int, seed: int = 0, opened: list | None = None) -> RowStream:
+    """A stream of ``{"prompt": "p<i>"}`` rows, reversed on odd passes (a reshuffle); ``opened`` logs the passes."""
+
+    def open_pass(epoch: int):
+        if opened is not None:
+            opened.append(epoch)
+        order = range(num_rows) if epoch % 2 == 0 else reversed(range(num_rows))
+        return iter([{"prompt": f"p{i}"} for i in order])
+
+    return RowStream(open_pass, key=lambda row: int(row["prompt"][1:]) + 1, seed=seed)
+
+
+def test_row_stream_walks_the_rows_in_order_and_crosses_passes():
+    stream = row_stream(4)
+    rows, keys, skipped = stream.draw(6)
+    assert [row["prompt"] for row in rows] == ["p0", "p1", "p2", "p3", "p3", "p2"] and skipped == 0
+    assert keys == [1, 2, 3, 4, 4, 3] and stream.state_dict() == {"epoch": 1, "position": 2}
+
+
+def test_row_stream_skips_by_probability_and_resumes_exactly():
+    """Skip decisions read seeded uniforms per place; a stream rebuilt from the state of one that drew the first
+    part draws what the uninterrupted one drew next (the pass is reopened and read past its position)."""
+    odd_keys = lambda keys: (keys % 2).double()  # noqa: E731  keys 1, 3, ... drawn; 2, 4, ... always skipped
+    half = lambda keys: torch.full((len(keys),), 0.5, dtype=torch.float64)  # noqa: E731
+    rows, keys, skipped = row_stream(10).draw(7, odd_keys)
+    assert all(key % 2 for key in keys) and skipped >= 5
+    whole = row_stream(25, seed=3).draw(40, half)
+    assert 10 < whole[2] < 80 and whole == row_stream(25, seed=3).draw(40, half)
+    first = row_stream(25, seed=3)
+    part = first.draw(17, half)
+    opened = []
+    resumed = row_stream(25, seed=3, opened=opened)
+    resumed.load_state_dict(first.state_dict())
+    rest = resumed.draw(23, half)
+    assert part[1] + rest[1] == whole[1] and part[2] + rest[2] == whole[2]
+    assert opened[0] == first.state_dict()["epoch"]
+
+
+def test_row_stream_refuses_an_empty_stream():
+    with pytest.raises(ValueError, match="streaming train_dataset is empty"):
+        row_stream(0).draw(1)

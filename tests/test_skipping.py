@@ -4,7 +4,16 @@ import pytest
 import torch
 
 from trl_zerostd.sampling import PromptStream
-from trl_zerostd.skipping import MAX_STREAK, ExploreProbs, Outcome, PromptHistory, PromptSkipper, group_outcomes
+from trl_zerostd.skipping import (
+    MAX_STREAK,
+    SHARE_DECAY,
+    ExploreProbs,
+    Outcome,
+    PromptHistory,
+    PromptSkipper,
+    group_outcomes,
+    history_key,
+)
 
 LOW, HIGH, INFO = int(Outcome.ALL_LOW), int(Outcome.ALL_HIGH), int(Outcome.INFORMATIVE)
 
@@ -77,3 +86,66 @@ def test_rows_sharing_a_key_share_one_history():
     per_row = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05)
     per_row.record([0], torch.tensor([LOW]))
     assert per_row.slots is None and per_row.draw_prob(torch.tensor([2])).tolist() == [1.0]
+
+
+def test_history_key_is_stable_and_names_the_setting_for_non_json_values():
+    conversation = [{"role": "user", "content": "2+3="}]
+    assert history_key(conversation) == history_key([{"content": "2+3=", "role": "user"}]) > 0
+    assert history_key("2+3=") != history_key("3+2=")
+    assert history_key("2+3=") == 6407507801603917051  # the same in every process and run (not Python's hash)
+    with pytest.raises(ValueError, match="skip_history_key"):
+        history_key(object())
+
+
+def test_streaming_history_is_bounded_and_counts_collisions():
+    """Hashed slots: a key's history is found again; a key that lands on a slot another holds is drawn as never seen
+    (the other's history is not applied to it), and recording it takes the slot over and counts an eviction."""
+    skipper = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
+    assert len(skipper.history.kind) == 8
+    skipper.record([3, 3], torch.tensor([LOW, LOW]))
+    p = skipper.explore.all_low
+    assert skipper.draw_prob(torch.tensor([3, 4])).tolist() == pytest.approx([max(p**2, 0.05), 1.0])
+    colliding = 3 + 8  # same slot as key 3
+    assert skipper.draw_prob(torch.tensor([colliding])).tolist() == [1.0] and skipper.hashed.evictions == 0
+    skipper.record([colliding], torch.tensor([HIGH]))
+    assert skipper.hashed.evictions == 1
+    assert skipper.draw_prob(torch.tensor([3])).tolist() == [1.0]  # 3's history is gone, not misapplied
+    assert skipper.history.kind[3] == HIGH and skipper.history.streak[3] == 1
+    restored = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
+    restored.load_state_dict(skipper.state_dict())
+    assert restored.hashed.evictions == 1 and restored.draw_prob(torch.tensor([colliding])).tolist() == pytest.approx(
+        skipper.draw_prob(torch.tensor([colliding])).tolist()
+    )
+
+
+def test_a_history_of_another_size_is_refused_on_load():
+    saved = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, keys=["a", "b", "a", "b"]).state_dict()
+    with pytest.raises(ValueError, match="skip_history_key differs"):
+        PromptSkipper.new(4, target=0.25, min_draw_prob=0.05).load_state_dict(saved)
+
+
+def settled_share(groups: int, target: float, share_decay: float, batches: int = 1200) -> tuple[float, ExploreProbs]:
+    """The controller alone against a population 20% informative, 40% all-low, 40% all-high, each zero-variance
+    kind drawn in proportion to its p: the mean zero-variance share of the second half of the batches."""
+    generator = torch.Generator().manual_seed(0)
+    probs = ExploreProbs(target=target, min_draw_prob=0.05, share_decay=share_decay)
+    shares = []
+    for batch in range(batches):
+        weights = torch.tensor([0.2, 0.4 * probs.all_low, 0.4 * probs.all_high])
+        outcomes = torch.multinomial(weights / weights.sum(), groups, replacement=True, generator=generator)
+        probs.adapt(outcomes)
+        shares.append((outcomes != INFO).float().mean().item())
+    return sum(shares[batches // 2 :]) / (batches - batches // 2), probs
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_the_controller_reaches_its_target_with_small_batches(groups):
+    """Steered by one batch's share (0 or at least 1/groups), p drifts: the share settles well above a target of
+    0.25, and above the lowest reachable at target 0. Steered by the decayed share (the default) it settles at the target,
+    and at target 0 both p reach the floor (the lowest share this population allows is 0.167)."""
+    decayed, _ = settled_share(groups, 0.25, SHARE_DECAY)
+    one_batch, _ = settled_share(groups, 0.25, 0.0)
+    assert abs(decayed - 0.25) < 0.035 and one_batch > 0.3
+    lowest, floor = settled_share(groups, 0.0, SHARE_DECAY)
+    drifted, _ = settled_share(groups, 0.0, 0.0)
+    assert floor.all_low == floor.all_high == 0.05 and lowest < 0.18 and drifted > lowest + 0.02

@@ -2,8 +2,11 @@
 
 Training mode only; in eval every override returns TRL's own result. A generation batch flows as (docs/flow.md)::
 
-    _generate_and_score_completions   opens a GenerationBatch, runs TRL's, applies the plan to TRL's output
-      _generate                       TRL generates; the rewards are scored and the RowPlan decided, once
+    _generate_and_score_completions   opens a GenerationBatch, refills it (dynamic sampling, prompt skipping: rounds
+                                      of TRL's prompt preparation and _generate), runs TRL's on the rows that train,
+                                      applies the plan to TRL's output
+      _generate                       TRL generates (or the refill's generation is given back); the rewards are
+                                      scored and the RowPlan decided, once
       _get_per_token_logps_and_...    TRL's scoring forwards (old policy, reference) forward the plan's rows
       _calculate_rewards              TRL's own call gets the rewards already scored
     _compute_loss                     TRL's loss on the plan's rows of the micro-batch (a LossCall)
@@ -19,7 +22,7 @@ import torch
 from accelerate.utils import gather, gather_object
 
 from . import core
-from ._loss import BASE_LOSS_MASK_KEY, IMAGE_KEYS, ROLE_KEY, LossCall, LossMixin
+from ._loss import BASE_LOSS_MASK_KEY, ROLE_KEY, LossCall, LossMixin, select_rows
 from ._refill import DynamicSamplingMixin
 from ._run_state import RunStateMixin
 from .config import ZeroStdArguments, check_compatible, masking_settings
@@ -31,19 +34,30 @@ from .monitor import StallMonitor, stall_advice
 class GenerationBatch:
     """What one training generation batch carries between TRL's calls into our overrides.
 
-    ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned.
+    ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned (with dynamic
+    sampling or prompt skipping, set before TRL's ``_generate_and_score_completions`` runs). ``preparing``: TRL's
+    method is running only to prepare prompts (``_prepared_prompts``).
     ``rewards_per_func`` ``(N, K)`` and ``truncated`` ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
     log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
     """
 
     inputs: list[dict]
     generated: tuple | None = None
+    preparing: bool = False
     rewards_per_func: torch.Tensor | None = None
     truncated: torch.Tensor | None = None
     plan: core.RowPlan | None = None
     scoring_rows: torch.Tensor | None = None
     whole_old_forward: bool = False
     scoring_logps: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+class PreparedPrompts(Exception):  # noqa: N818 - not an error: carries TRL's prepared prompts out of its method
+    """Raised by ``_generate`` while ``_prepared_prompts`` runs TRL's method only up to its ``_generate`` call."""
+
+    def __init__(self, prompts: list):
+        super().__init__()
+        self.prompts = prompts
 
 
 def merge_extra_fields(inputs: list[dict], extra_fields: dict) -> None:
@@ -121,26 +135,44 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)
         try:
-            return self._apply_plan(batch, super()._generate_and_score_completions(inputs))
+            if self.prompt_stream is not None:  # dynamic sampling or prompt skipping
+                refilled = self._generate_refilled(inputs, super()._generate)
+                batch.inputs, batch.generated = refilled.rows, refilled.generated
+                batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
+            return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
             self._generation_batch = None
 
+    def _prepared_prompts(self, rows: list[dict]) -> list:
+        """TRL's prompts for this rank's ``rows`` as its ``_generate_and_score_completions`` prepares them (images
+        put into the messages; environments drawn from TRL's pool, reset with their rows, observations appended, tool
+        dicts built): TRL's method runs up to its ``_generate`` call, which hands the prompts back."""
+        batch = self._generation_batch
+        batch.preparing = True
+        try:
+            super()._generate_and_score_completions(rows)
+        except PreparedPrompts as prepared:
+            return prepared.prompts
+        finally:
+            batch.preparing = False
+        raise RuntimeError("TRL's _generate_and_score_completions did not call _generate, as it does in TRL 1.16.")
+
     def _generate(self, prompts):
         # follows {GRPO,RLOO}Trainer._generate (TRL 1.16); relies on TRL giving _calculate_rewards these same prompts
-        # and inputs, which dynamic sampling refills in place
+        # and inputs
         batch = self._generation_batch
         if batch is None:
             return super()._generate(prompts)
-        if self.prompt_stream is not None:  # dynamic sampling or prompt skipping
-            generated, rewards_per_func, truncated = self._generate_refilled(batch, prompts, super()._generate)
-        else:
+        if batch.preparing:
+            raise PreparedPrompts(prompts)
+        if batch.generated is None:  # TRL's rows, generated once
             generated = super()._generate(prompts)
-            rewards_per_func, truncated = self._score_generation(batch.inputs, prompts, generated)
-        batch.generated, batch.rewards_per_func, batch.truncated = generated, rewards_per_func, truncated
+            batch.rewards_per_func, batch.truncated = self._score_generation(batch.inputs, prompts, generated)
+            batch.generated = generated
         batch.whole_old_forward = self._rejection_mode()
         if not batch.whole_old_forward:
-            self._decide_plan(batch, rejected=torch.zeros_like(truncated))
-        return generated
+            self._decide_plan(batch, rejected=torch.zeros_like(batch.truncated))
+        return batch.generated
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): a training batch's rewards were scored in _generate
@@ -211,18 +243,18 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # follows {GRPO,RLOO}Trainer._get_per_token_logps_and_entropies (TRL 1.16): forwards the rows the plan reads
-        images = any(kwargs.get(key) is not None for key in IMAGE_KEYS)  # image tensors are not per row
         forward = super()._get_per_token_logps_and_entropies
         if self._loss_call is not None:
             return self._loss_forward(forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         batch = self._generation_batch
         if batch is None:
             return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        rows = None if (images or batch.whole_old_forward) else batch.scoring_rows
+        rows = None if batch.whole_old_forward else batch.scoring_rows
         if rows is None:
             result = forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         else:
             rows = rows.to(input_ids.device)
+            kwargs = select_rows(kwargs, rows, input_ids.shape[0])
             logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep,
                                                  *args, **kwargs)  # fmt: skip
             result = (

@@ -13,17 +13,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from . import core
 
-IMAGE_KEYS = ("pixel_values", "num_images")
 ROLE_KEY, BASE_LOSS_MASK_KEY = "row_role", "base_loss_mask"  # per-row loss-time data carried in TRL's batch dict
+
+
+def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
+    """The given ``rows`` of a dict of batch fields (TRL's batch, or a forward's keyword arguments): per-row tensors
+    (first dimension ``batch_size``) and lists indexed; image fields, which are flat over images, patches or tiles,
+    split per row by TRL's ``split_pixel_values_by_grid``, indexed, and joined again; anything else as it is."""
+    images = fields.get("pixel_values") is not None and fields.get("num_images") is not None
+    if images:  # TRL's split reads a key's presence: a forward's keyword arguments name absent fields with None
+        present = split_pixel_values_by_grid({key: value for key, value in fields.items() if value is not None})
+        fields = {key: present.get(key) for key in fields}
+    index = rows.tolist()
+    selected = {}
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == batch_size:
+            value = value[rows.to(value.device)]
+        elif isinstance(value, list) and len(value) == batch_size:
+            value = [value[i] for i in index]
+        selected[key] = value
+    if not images:
+        return selected
+    present = unsplit_pixel_values_by_grid({key: value for key, value in selected.items() if value is not None})
+    return {key: present.get(key) for key in selected}
 
 
 @dataclass(frozen=True)
 class LossCall:
     """One micro-batch's loss: its ``rows``, the ``(B, T)`` constant log-probs of the rows it does not forward, and
-    whether every row is forwarded anyway (``skip_masked_rows=False`` or image inputs)."""
+    whether every row is forwarded anyway (``skip_masked_rows=False``)."""
 
     rows: core.LossRows
     fill_logps: torch.Tensor
@@ -43,16 +65,13 @@ class LossMixin:
             return super()._compute_loss(model, inputs)
         inputs = dict(inputs)
         role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
-        images = any(key in inputs for key in IMAGE_KEYS)  # image tensors are not per row: keep every row
-        if images and self.masking.zero_std_normalization == "exclude":
-            raise NotImplementedError("zero_std_normalization='exclude' does not support image inputs yet.")
-        rows = core.plan_loss_rows(role.cpu(), "keep" if images else self.masking.zero_std_normalization)
+        rows = core.plan_loss_rows(role.cpu(), self.masking.zero_std_normalization)
         kept = rows.kept.to(role.device)
         if len(kept) < len(role):
-            inputs = {key: self._kept(value, kept, len(role)) for key, value in inputs.items()}
+            inputs = select_rows(inputs, kept, len(role))
         fill = inputs.get("old_per_token_logps")
         fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
-        call = LossCall(rows=rows, fill_logps=fill, forward_all=images or not self.masking.skip_masked_rows)
+        call = LossCall(rows=rows, fill_logps=fill, forward_all=not self.masking.skip_masked_rows)
         inputs = self._loss_inputs(inputs, call, base_loss_mask[kept])
         self._loss_call = call
         try:
@@ -61,13 +80,6 @@ class LossMixin:
             self._loss_call = None
         self._observe_trained_rows(int((rows.role >= core.RowRole.KL_ONLY).sum()))
         return loss
-
-    @staticmethod
-    def _kept(value, kept: torch.Tensor, batch_size: int):
-        """The kept rows of a per-row tensor (first dimension ``batch_size``); anything else as it is."""
-        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == batch_size:
-            return value[kept.to(value.device)]
-        return value
 
     def _loss_forward(self, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         """The loss's policy forward of the rows that train; the others get ``fill_logps`` and zero entropy, as
@@ -80,6 +92,7 @@ class LossMixin:
             rows = torch.arange(input_ids.shape[0], device=device)
         else:
             rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
+        kwargs = select_rows(kwargs, rows, input_ids.shape[0])
         logps, entropies, aux_loss = forward(
             model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs
         )

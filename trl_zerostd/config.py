@@ -97,7 +97,8 @@ class ZeroStdArguments:
             "help": "Prompt skipping: None keeps one outcome history per dataset row. The name of a train_dataset "
             "column makes the rows that share its value share one history: a difficulty label ('difficulty', "
             "'level', 'source') lets the first prompts of a level predict the others, from the first pass on; "
-            "'prompt' makes duplicate prompts share theirs."
+            "'prompt' makes duplicate prompts share theirs. A streaming (iterable) train_dataset always keys its "
+            "history by a hash of this field of each row (default 'prompt')."
         },
     )
 

@@ -5,14 +5,16 @@ No trainer or TRL import. Groups are counted over the gathered batch (all ranks)
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 STREAM_SEED_OFFSET = 0x5EED  # the refill stream must not replay the dataloader's own permutation of the same seed
 SKIP_SEED_OFFSET = 0x5C1B  # the uniforms of skip decisions, per pass
+UNIFORM_CHUNK = 4096  # a stream's skip uniforms are drawn per chunk of this many places (random access on resume)
 MAX_ROUND_BATCHES = 2  # a refill round generates at most this many generation batches (bounded generation memory)
 
 
@@ -80,6 +82,75 @@ class PromptStream:
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.position = state["epoch"], state["position"]
+
+
+def seeded_int(*parts: int) -> int:
+    """A 63-bit seed from integers, stable across processes and runs (unlike Python's ``hash``)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+@dataclass
+class RowStream:
+    """The rows of a streaming dataset in passes, for refills and prompt skipping: ``open_pass(epoch)`` iterates one
+    pass (the same rows in the same order on every rank); ``key(row)`` is the row's 63-bit skip-history key.
+
+    ``epoch`` and ``position`` (rows consumed in the pass) are the whole state: resuming reopens the pass and reads
+    past ``position`` rows, so a resumed run draws what the uninterrupted one would have.
+    """
+
+    open_pass: Callable[[int], Iterator[dict]]
+    key: Callable[[dict], int]
+    seed: int
+    epoch: int = 0
+    position: int = 0
+    _rows: Iterator[dict] | None = field(default=None, init=False, repr=False)
+    _uniform: tuple[int, int, torch.Tensor] | None = field(default=None, init=False, repr=False)
+
+    def _next_row(self) -> dict:
+        if self._rows is None:
+            self._rows = self.open_pass(self.epoch)
+            for _ in range(self.position):
+                next(self._rows)
+        row = next(self._rows, None)
+        if row is None:
+            if self.position == 0:
+                raise ValueError("dynamic_sampling and skip_zero_std_prompts: the streaming train_dataset is empty.")
+            self.epoch, self.position, self._rows = self.epoch + 1, 0, None
+            return self._next_row()
+        return row
+
+    def _place_uniform(self) -> float:
+        """The seeded uniform of the current place of the pass (drawn per chunk of ``UNIFORM_CHUNK`` places)."""
+        chunk = self.position // UNIFORM_CHUNK
+        if self._uniform is None or self._uniform[:2] != (self.epoch, chunk):
+            generator = torch.Generator().manual_seed(seeded_int(self.seed, SKIP_SEED_OFFSET, self.epoch, chunk))
+            self._uniform = (self.epoch, chunk, torch.rand(UNIFORM_CHUNK, generator=generator, dtype=torch.float64))
+        return float(self._uniform[2][self.position % UNIFORM_CHUNK])
+
+    def draw(
+        self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor] | None = None
+    ) -> tuple[list[dict], list[int], int]:
+        """The next ``count`` rows drawn, their keys, and how many rows were skipped on the way; with ``draw_prob``
+        (``(k,)`` keys -> ``(k,)`` probabilities) as ``PromptStream.draw``."""
+        rows, keys, skipped = [], [], 0
+        while len(rows) < count:
+            row = self._next_row()
+            key = self.key(row)
+            drawn = draw_prob is None or self._place_uniform() < float(draw_prob(torch.tensor([key]))[0])
+            self.position += 1
+            if drawn:
+                rows.append(row)
+                keys.append(key)
+            else:
+                skipped += 1
+        return rows, keys, skipped
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position, self._rows = state["epoch"], state["position"], None
 
 
 def refill_groups(missing: int, informative: int, generated: int, batch_groups: int, world_size: int, G: int) -> int:

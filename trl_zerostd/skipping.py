@@ -1,12 +1,15 @@
 """Prompt skipping, the pure part: a per-prompt record of zero-variance outcomes, and the probability of drawing a
 prompt again, which shrinks with each zero-variance outcome in a row (in the spirit of GRESO, arXiv 2506.02177).
 
-No trainer or TRL import. Prompts are dataset row indices; ``G = num_generations``.
+No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
+prompt (``history_key``); ``G = num_generations``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import torch
@@ -16,6 +19,8 @@ from .core import grouped, zero_std_groups
 MAX_STREAK = 255  # outcomes in a row are counted up to this (uint8); p ** 255 is far below any floor
 EXPLORE_PROB_INIT = 0.5  # p of each kind at the start: a prompt zero-variance once is drawn again with probability p
 EXPLORE_STEP = 0.01  # per generation batch, p moves by this toward the target zero-variance share
+SHARE_DECAY = 0.9  # p is steered by each kind's share over about the last 10 generation batches
+HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
 
 
 class Outcome(IntEnum):
@@ -77,19 +82,27 @@ class PromptHistory:
 @dataclass
 class ExploreProbs:
     """The exploration probability ``p`` of each zero-variance kind, adapted toward a target share of zero-variance
-    groups among those generated (``target`` in all, half for each kind), never below ``min_draw_prob``."""
+    groups among those generated (``target`` in all, half for each kind), never below ``min_draw_prob``. Each kind's
+    share is decayed over generation batches (``SHARE_DECAY``): one small batch's share is 0 or at least 1/groups, and
+    steering ``p`` by it drifts ``p`` up (benchmarks/explore_controller.py)."""
 
     target: float
     min_draw_prob: float
     all_low: float = EXPLORE_PROB_INIT
     all_high: float = EXPLORE_PROB_INIT
+    share_decay: float = SHARE_DECAY  # 0: steered by each batch's own share (the controller before issue 18)
+    share_all_low: float | None = None  # decayed share of the kind among the groups generated; None: no batch yet
+    share_all_high: float | None = None
 
     def adapt(self, outcomes: torch.Tensor) -> None:
-        """One step per generation batch from the ``Outcome`` of every group it generated: a kind above its share
-        of the target is skipped more (``p`` down), one at or below it less (``p`` up)."""
+        """One step per generation batch from the ``Outcome`` of every group it generated: a kind whose decayed
+        share is above its half of the target is skipped more (``p`` down), one at or below it less (``p`` up)."""
         for kind in ZERO_STD_OUTCOMES:
-            share = (outcomes == kind).float().mean().item()
             name = kind.name.lower()
+            share = (outcomes == kind).float().mean().item()
+            previous = getattr(self, f"share_{name}")
+            share = share if previous is None else self.share_decay * previous + (1 - self.share_decay) * share
+            setattr(self, f"share_{name}", share)
             p = getattr(self, name) + (EXPLORE_STEP if share <= self.target / 2 else -EXPLORE_STEP)
             setattr(self, name, min(max(p, self.min_draw_prob), 1.0))
 
@@ -101,23 +114,68 @@ class ExploreProbs:
         return probs.clamp(min=self.min_draw_prob)
 
     def state_dict(self) -> dict:
-        return {"all_low": self.all_low, "all_high": self.all_high}
+        return {key: getattr(self, key) for key in ("all_low", "all_high", "share_all_low", "share_all_high")}
 
     def load_state_dict(self, state: dict) -> None:
         self.all_low, self.all_high = state["all_low"], state["all_high"]
+        self.share_all_low, self.share_all_high = state.get("share_all_low"), state.get("share_all_high")
+
+
+def history_key(value) -> int:
+    """A nonzero 63-bit key of a prompt (or any JSON value), the same in every process and run."""
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    except TypeError as error:
+        raise ValueError(
+            f"Prompt skipping on a streaming dataset keys its history by a hash of the prompt, or of the "
+            f"skip_history_key column, whose values must be JSON data (text, numbers, lists, dicts): {error}."
+        ) from error
+    digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") & (2**63 - 1)
+    return digest or 1
+
+
+@dataclass
+class HashedSlots:
+    """A bounded table of histories for prompts known only by their key: slot ``key % num_slots``. Each slot keeps
+    the key it holds; a prompt whose slot holds another key counts as never seen (it is drawn), and recording it takes
+    the slot over (``evictions`` counts those collisions: the other prompt's history is lost, never misapplied)."""
+
+    keys: torch.Tensor  # (num_slots,) int64, 0: empty
+    evictions: int = 0
+
+    @classmethod
+    def empty(cls, num_slots: int) -> HashedSlots:
+        return cls(torch.zeros(num_slots, dtype=torch.long))
+
+    def slots(self, keys: torch.Tensor) -> torch.Tensor:
+        return keys % len(self.keys)
+
+    def known(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.keys[self.slots(keys)] == keys
+
+    def claim(self, keys: torch.Tensor, history: PromptHistory) -> None:
+        """Give each key its slot, clearing the history of a slot that another key held."""
+        for key, slot in zip(keys.tolist(), self.slots(keys).tolist(), strict=True):
+            held = int(self.keys[slot])
+            if held != key:
+                self.evictions += held != 0
+                self.keys[slot] = key
+                history.kind[slot], history.streak[slot] = 0, 0
 
 
 @dataclass
 class PromptSkipper:
     """The skip state of a run: the outcome histories and the exploration probabilities (checkpointed together).
 
-    ``slots`` ``(num_rows,)`` maps each dataset row to its history (None: one history per row). Rows that share a key
-    (a difficulty label, or the prompt text) share a slot: the outcomes of some predict the skip of the others.
+    Prompts are named by keys. Map-style data: dataset row indices; ``slots`` ``(num_rows,)`` maps each row to its
+    history (None: one history per row), and rows that share a key (a difficulty label, or the prompt text) share a
+    slot, so the outcomes of some predict the skip of the others. Streaming data: hashed keys in ``hashed`` slots.
     """
 
     history: PromptHistory
     explore: ExploreProbs
     slots: torch.Tensor | None = None
+    hashed: HashedSlots | None = field(default=None)
 
     @classmethod
     def new(cls, num_rows: int, target: float, min_draw_prob: float, keys: list | None = None) -> PromptSkipper:
@@ -128,20 +186,43 @@ class PromptSkipper:
         slots = torch.tensor([index.setdefault(key, len(index)) for key in keys], dtype=torch.long)
         return cls(PromptHistory.empty(len(index)), ExploreProbs(target, min_draw_prob), slots)
 
-    def _slots(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows if self.slots is None else self.slots[rows]
+    @classmethod
+    def streaming(cls, target: float, min_draw_prob: float, num_slots: int = HASHED_SLOTS) -> PromptSkipper:
+        """Histories of prompts named by ``history_key``: ``num_slots`` slots, whatever the length of the stream."""
+        history, explore = PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob)
+        return cls(history, explore, hashed=HashedSlots.empty(num_slots))
 
-    def draw_prob(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.explore.draw_prob(self.history, self._slots(rows))
+    def _slots(self, keys: torch.Tensor) -> torch.Tensor:
+        if self.hashed is not None:
+            return self.hashed.slots(keys)
+        return keys if self.slots is None else self.slots[keys]
 
-    def record(self, rows: list[int], outcomes: torch.Tensor) -> None:
+    def draw_prob(self, keys: torch.Tensor) -> torch.Tensor:
+        probs = self.explore.draw_prob(self.history, self._slots(keys))
+        return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
+
+    def record(self, keys: list[int], outcomes: torch.Tensor) -> None:
         """The outcomes of every group one generation batch generated, in draw order; then one step of ``p``."""
-        self.history.record(self._slots(torch.tensor(rows, dtype=torch.long)).tolist(), outcomes)
+        keys = torch.tensor(keys, dtype=torch.long)
+        if self.hashed is not None:
+            self.hashed.claim(keys, self.history)
+        self.history.record(self._slots(keys).tolist(), outcomes)
         self.explore.adapt(outcomes)
 
     def state_dict(self) -> dict:
-        return {"history": self.history.state_dict(), "explore": self.explore.state_dict()}
+        state = {"history": self.history.state_dict(), "explore": self.explore.state_dict()}
+        if self.hashed is not None:
+            state["hashed"] = {"keys": self.hashed.keys, "evictions": self.hashed.evictions}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        saved, ours = len(state["history"]["kind"]), len(self.history.kind)
+        if saved != ours:
+            raise ValueError(
+                f"The checkpoint's prompt-skip history has {saved} slots, this run's {ours}: the train_dataset or "
+                "skip_history_key differs from the checkpointed run's."
+            )
         self.history.load_state_dict(state["history"])
         self.explore.load_state_dict(state["explore"])
+        if self.hashed is not None:
+            self.hashed = HashedSlots(state["hashed"]["keys"].to(torch.long), state["hashed"]["evictions"])
