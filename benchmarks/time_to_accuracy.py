@@ -85,7 +85,7 @@ class TimeToAccuracyArguments:
         metadata={"help": "Per seed, the target is the start plus this fraction of base TRL's held-out gain."},
     )
     plot_arms: list[str] = field(
-        default_factory=lambda: ["trl", "masking", "dynamic", "skip", "dynamic+skip", "dynamic+skip-8g"],
+        default_factory=lambda: ["trl", "masking", "dynamic", "skip", "skip-t0", "dynamic+skip", "dynamic+skip-8g"],
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )
     jobs: int = field(default=2)
