@@ -212,9 +212,33 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     ("skipping: skipped prompts not counted", "sampling.py", "skipped += seen - len(places)", "skipped += 0"),
     (
+        "refill: prompts not prepared by TRL",
+        "_adapter.py",
+        "        batch = self._generation_batch\n        batch.preparing = True\n",
+        "        return [row['prompt'] for row in rows]\n",
+    ),
+    (
+        "loss: image fields not split per row",
+        "_loss.py",
+        'images = fields.get("pixel_values") is not None and fields.get("num_images") is not None',
+        "images = False",
+    ),
+    (
+        "skipping: a hashed collision applies another prompt's history",
+        "skipping.py",
+        "return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)",
+        "return probs",
+    ),
+    (
+        "skipping: controller steered by one batch's share",
+        "skipping.py",
+        "SHARE_DECAY = 0.9",
+        "SHARE_DECAY = 0.0",
+    ),
+    (
         "refill: outcomes never recorded",
         "_refill.py",
-        "        self.prompt_skipper.record(pool.prompt_ids, outcomes)\n",
+        "        self.prompt_skipper.record(pool.keys, outcomes)\n",
         "        pass\n",
     ),
     (
