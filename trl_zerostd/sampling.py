@@ -84,10 +84,14 @@ class PromptStream:
         self.epoch, self.position = state["epoch"], state["position"]
 
 
+def stable_hash(text: str) -> int:
+    """A 63-bit hash of ``text`` (BLAKE2b), the same in every process and run (unlike Python's ``hash``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") & (2**63 - 1)
+
+
 def seeded_int(*parts: int) -> int:
-    """A 63-bit seed from integers, stable across processes and runs (unlike Python's ``hash``)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & (2**63 - 1)
+    """A 63-bit seed from integers, stable across processes and runs."""
+    return stable_hash(repr(parts))
 
 
 @dataclass

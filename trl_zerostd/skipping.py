@@ -7,7 +7,6 @@ prompt (``history_key``); ``G = num_generations``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -15,6 +14,7 @@ from enum import IntEnum
 import torch
 
 from .core import grouped, zero_std_groups
+from .sampling import stable_hash
 
 MAX_STREAK = 255  # outcomes in a row are counted up to this (uint8); p ** 255 is far below any floor
 EXPLORE_PROB_INIT = 0.5  # p of each kind at the start: a prompt zero-variance once is drawn again with probability p
@@ -130,8 +130,7 @@ def history_key(value) -> int:
             f"Prompt skipping on a streaming dataset keys its history by a hash of the prompt, or of the "
             f"skip_history_key column, whose values must be JSON data (text, numbers, lists, dicts): {error}."
         ) from error
-    digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") & (2**63 - 1)
-    return digest or 1
+    return stable_hash(text) or 1
 
 
 @dataclass
