@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                         # 13 arms x 5 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                         # 19 arms x 5 seeds, 300 steps each, 2 runs at a time
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -50,6 +50,13 @@ HALF_BATCH = ["--per_device_train_batch_size", "64"]  # 8 groups a step instead 
 ARMS.update({f"{arm}-8g": [*flags, *HALF_BATCH] for arm, flags in list(ARMS.items())})
 ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor allows
 ARMS.update({f"{arm}-t0": [*ARMS[arm], *ZERO_TARGET] for arm in ("skip", "dynamic+skip")})
+ARMS["dynamic+skip-t0-8g"] = [*ARMS["dynamic+skip-t0"], *HALF_BATCH]
+ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size", "48"]  # 6 groups a step
+for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ
+    ARMS.update(
+        {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)]
+         for arm in ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g")}
+    )  # fmt: skip
 BANDS = ("easy", "medium", "hard")
 
 
@@ -70,9 +77,16 @@ class TimeToAccuracyArguments:
             "dynamic+skip-8g",
             "skip-t0",
             "dynamic+skip-t0",
+            "dynamic-8g",
+            "dynamic-8g-screen4",
+            "dynamic+skip-8g-screen2",
+            "dynamic+skip-8g-screen4",
+            "dynamic+skip-6g-screen4",
+            "dynamic+skip-t0-8g-screen4",
         ],
         metadata={
-            "help": f"Of {list(ARMS)} (-8g: 8 groups a step instead of 16; -t0: skip_target_zero_std_frac=0)."
+            "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
+            "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
@@ -85,7 +99,10 @@ class TimeToAccuracyArguments:
         metadata={"help": "Per seed, the target is the start plus this fraction of base TRL's held-out gain."},
     )
     plot_arms: list[str] = field(
-        default_factory=lambda: ["trl", "masking", "dynamic", "skip", "skip-t0", "dynamic+skip", "dynamic+skip-8g"],
+        default_factory=lambda: [
+            "trl", "masking", "dynamic", "skip", "skip-t0", "dynamic+skip", "dynamic+skip-8g",
+            "dynamic+skip-8g-screen4",
+        ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )
     jobs: int = field(default=2)
@@ -118,6 +135,14 @@ def targets(records: list[dict], fraction: float) -> dict[int, float]:
         for r in records
         if r["arm"] == "trl"
     }
+
+
+def groups_per_step(arm: str) -> int:
+    """Groups a step trains: 16 (128 completions of 8), or what the arm's --per_device_train_batch_size gives."""
+    flags = ARMS[arm]
+    if "--per_device_train_batch_size" not in flags:
+        return 16
+    return int(flags[flags.index("--per_device_train_batch_size") + 1]) // 8
 
 
 def median(values):
@@ -175,6 +200,24 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
             gain = final_reward(record) - record["eval"][0][1] if record else float("nan")
             cells.append(f"{point[0] / 1e6:.3f}, {gain:+.3f}" if point else f"-, {gain:+.3f}")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Learning against the informative groups a step trains (mean over seeds; informative: 1 - TRL's "
+        "frac_reward_zero_std of the groups that train):",
+        "",
+        "| arm | groups trained a step | informative groups a step | generated tokens a step | held-out gain | gain "
+        "per M generated tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, runs in per_arm.items():
+        groups = groups_per_step(arm)
+        informative = statistics.fmean(groups * (1 - statistics.fmean(r["frac_reward_zero_std"])) for r in runs)
+        tokens = statistics.fmean(r["num_tokens"][-1] / len(r["num_tokens"]) for r in runs)
+        gain = statistics.fmean(final_reward(r) - r["eval"][0][1] for r in runs)
+        lines.append(
+            f"| {arm} | {groups} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
+            f"{gain / statistics.fmean(r['num_tokens'][-1] for r in runs) * 1e6:.3f} |"
+        )
     lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
     lines += ["| arm | " + " | ".join(BANDS) + " |", "|---" * (len(BANDS) + 1) + "|"]
     for arm, runs in per_arm.items():

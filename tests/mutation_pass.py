@@ -238,8 +238,32 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "refill: outcomes never recorded",
         "_refill.py",
-        "        self.prompt_skipper.record(pool.keys, outcomes)\n",
+        "        self.prompt_skipper.record(keys, outcomes)\n",
         "        pass\n",
+    ),
+    (
+        "refill: a tied screen is completed",
+        "_refill.py",
+        "                        if passes:\n",
+        "                        if True:\n",
+    ),
+    (
+        "refill: a tied screen not in the skip history",
+        "_refill.py",
+        "        if pool.tied_screens:\n",
+        "        if False:\n",
+    ),
+    (
+        "sampling: screens sized without the pass rate",
+        "sampling.py",
+        "prompts = min(math.ceil(missing / max(passed / screened, 1.0 / batch_groups)), budget)",
+        "prompts = min(missing, budget)",
+    ),
+    (
+        "sampling: screen continuations ignore the split over ranks",
+        "sampling.py",
+        "return min(math.ceil(missing / step) * step, waiting // step * step)",
+        "return min(math.ceil(missing / step) * step, waiting)",
     ),
     (
         "monitor: stall needs one more step",

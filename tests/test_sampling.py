@@ -1,4 +1,5 @@
-"""Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill size and the choice of groups."""
+"""Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill and screen sizes and the choice of
+groups."""
 
 import pytest
 import torch
@@ -7,10 +8,12 @@ from trl_zerostd.sampling import (
     PromptStream,
     RowStream,
     choose_groups,
+    continued_prompts,
     first_round_extra,
     part_major_order,
     rank_rows,
     refill_groups,
+    screen_prompts,
 )
 
 
@@ -150,3 +153,35 @@ def test_row_stream_skips_by_probability_and_resumes_exactly():
 def test_row_stream_refuses_an_empty_stream():
     with pytest.raises(ValueError, match="streaming train_dataset is empty"):
         row_stream(0).draw(1)
+
+
+@pytest.mark.parametrize(
+    "missing, passed, screened, world, expected",
+    [
+        (4, 0, 0, 1, 16),  # no screen seen yet: one generation batch of rows (4 groups x 8 rows / 2)
+        (4, 5, 20, 1, 16),  # a quarter pass: 4 / 0.25
+        (4, 1, 100, 1, 16),  # rate floored at 1/4 (the batch's groups)
+        (3, 1, 2, 3, 6),  # 3 / 0.5, already splits over 3 ranks (6 x 2 rows)
+        (1, 1, 1, 4, 2),  # 1 prompt, rounded up so its 2-row screens split over 4 ranks
+    ],
+)
+def test_screen_prompts(missing, passed, screened, world, expected):
+    assert screen_prompts(missing, passed, screened, batch_groups=4, world_size=world, G=8, screen=2) == expected
+
+
+def test_screen_prompts_are_bounded_by_two_batches_of_rows():
+    assert screen_prompts(4, 1, 100, batch_groups=4, world_size=1, G=8, screen=6) == 2 * 4 * 8 // 6
+
+
+@pytest.mark.parametrize(
+    "waiting, missing, world, rest, expected",
+    [
+        (5, 3, 1, 6, 3),  # enough waiting: just the missing ones
+        (2, 3, 1, 6, 2),  # all that wait
+        (3, 1, 2, 3, 2),  # 3-row rests split over 2 ranks in pairs: 1 missing -> 2 completed
+        (1, 1, 2, 3, 0),  # one waits for a partner (the round screens more)
+        (5, 5, 2, 6, 5),  # 6-row rests split over 2 ranks whatever the count
+    ],
+)
+def test_continued_prompts(waiting, missing, world, rest, expected):
+    assert continued_prompts(waiting, missing, world, rest) == expected

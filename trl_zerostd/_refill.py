@@ -16,6 +16,10 @@ advantages, logs) sees the batch that trains, in TRL's usual shape.
 With prompt skipping every prompt of the batch, the first round's included, comes from the stream (the dataloader
 only paces the steps): the stream skips a prompt by its history (``skipping.py``), and the outcome of every group
 generated goes into that history. Without dynamic sampling there is one round of exactly the batch's groups.
+
+With a screen (``dynamic_sampling_screen``, SPEED-style) every prompt comes from the stream too, and a round screens
+new prompts with a few rows each while completing, in the same decode pass, the groups of the earlier screens whose
+rows differed; a group that trains is its screen's rows then the rest's.
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ from .sampling import (
     PromptStream,
     RowStream,
     choose_groups,
+    continued_prompts,
     first_round_extra,
     part_major_order,
     rank_rows,
     refill_groups,
+    screen_prompts,
+    splittable,
 )
 from .skipping import Outcome, PromptSkipper, group_outcomes, history_key
 
@@ -45,12 +52,47 @@ RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized
 ENVIRONMENT_PLACEHOLDER = [{"role": "user", "content": ""}]  # TRL 1.16's prompt rows when an environment owns the data
 
 
+@dataclass(frozen=True)
+class GatheredRows:
+    """Rows generated in one round for one part, gathered from every rank in their part-major order (a prompt's rows
+    consecutive): dataset rows, the trainer's per-row generation records, rewards ``(rows, K)``, truncation
+    ``(rows,)``."""
+
+    rows: list[dict]
+    records: list[tuple]
+    rewards_per_func: torch.Tensor
+    truncated: torch.Tensor
+
+    def take(self, start: int, stop: int) -> GatheredRows:
+        rows = slice(start, stop)
+        return GatheredRows(self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows])
+
+    @staticmethod
+    def concat(parts: list[GatheredRows]) -> GatheredRows:
+        return GatheredRows(
+            [row for part in parts for row in part.rows],
+            [record for part in parts for record in part.records],
+            torch.cat([part.rewards_per_func for part in parts]),
+            torch.cat([part.truncated for part in parts]),
+        )
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A prompt whose screen rows differ in task reward, waiting for the rest of its group."""
+
+    row: dict  # the dataset row, as drawn
+    key: int  # its skip-history key
+    screen: GatheredRows
+
+
 @dataclass
 class GeneratedPool:
-    """Every row generated for one batch so far, in gathered order (every rank holds all of it): dataset rows, the
-    trainer's per-row generation records, rewards ``(rows, K)``, truncation ``(rows,)``, informative ``(groups,)``;
-    with prompt skipping, the skip-history key of each group (every part comes from the stream) and the prompts
-    skipped."""
+    """Every whole group generated for one batch so far, in gathered order (every rank holds all of it): dataset
+    rows, the trainer's per-row generation records, rewards ``(rows, K)``, truncation ``(rows,)``, informative
+    ``(groups,)``; with prompt skipping, the skip-history key of each group (every part comes from the stream) and
+    the prompts skipped. With screening, the screens that were tied (``tied_screens``, with their keys) and the keys of
+    passed screens never completed (``unfinished_keys``)."""
 
     rows: list[dict] = field(default_factory=list)
     records: list[tuple] = field(default_factory=list)
@@ -59,11 +101,22 @@ class GeneratedPool:
     informative: list[torch.Tensor] = field(default_factory=list)
     keys: list[int] = field(default_factory=list)
     skipped: int = 0
+    tied_screens: list[GatheredRows] = field(default_factory=list)
+    tied_screen_keys: list[int] = field(default_factory=list)
+    unfinished_keys: list[int] = field(default_factory=list)
+
+    def add(self, groups: GatheredRows, informative: torch.Tensor, keys: list[int]) -> None:
+        self.rows += groups.rows
+        self.records += groups.records
+        self.rewards_per_func.append(groups.rewards_per_func)
+        self.truncated.append(groups.truncated)
+        self.informative.append(informative)
+        self.keys += keys
 
     def groups(self) -> tuple[int, int]:
-        """``(informative, generated)`` group counts."""
-        flags = torch.cat(self.informative)
-        return int(flags.sum()), len(flags)
+        """``(informative, generated)`` group counts: whole groups, then screens tied or never completed."""
+        flags = torch.cat(self.informative) if self.informative else torch.zeros(0, dtype=torch.bool)
+        return int(flags.sum()), len(flags) + len(self.tied_screen_keys) + len(self.unfinished_keys)
 
 
 @dataclass(frozen=True)
@@ -149,28 +202,14 @@ class DynamicSamplingMixin:
         dynamic = self.masking.dynamic_sampling
         needed = len(inputs) * world // G
         pool = GeneratedPool()
-        seen_informative, seen_generated = self.informative_history
-        extra = first_round_extra(needed, seen_informative, seen_generated, world, G) if dynamic else 0
-        if self.prompt_skipper is not None:
-            first = [self._stream_part(pool, needed + extra)]
+        if dynamic and self.masking.dynamic_sampling_screen:
+            rounds, (informative, generated) = self._fill_screened(pool, needed, generate)
         else:
-            first = [list(inputs)] + ([self._stream_part(pool, extra)] if extra else [])
-        self._generate_round(pool, first, generate)
-        rounds, (informative, generated) = 1, pool.groups()
-        while dynamic and informative < needed and rounds < self.masking.dynamic_sampling_max_rounds:
-            count = refill_groups(
-                needed - informative, informative + seen_informative, generated + seen_generated, needed, world, G
-            )
-            self._generate_round(pool, [self._stream_part(pool, count)], generate)
-            rounds, (informative, generated) = rounds + 1, pool.groups()
+            rounds, (informative, generated) = self._fill_whole(pool, inputs, needed, generate)
         if self.prompt_skipper is not None:
             self._record_outcomes(pool)
         chosen = torch.arange(needed)
         if dynamic:
-            self.informative_history = (
-                RATE_DECAY * (seen_informative + informative),
-                RATE_DECAY * (seen_generated + generated),
-            )
             if informative < needed:
                 self._cap_reached(informative, generated, needed)
             chosen = choose_groups(torch.cat(pool.informative), needed)
@@ -186,6 +225,91 @@ class DynamicSamplingMixin:
             truncated=truncated[row_ids],
         )
 
+    def _fill_whole(self, pool: GeneratedPool, inputs: list[dict], needed: int, generate) -> tuple[int, tuple]:
+        """Rounds of whole groups: the first sized by the informative rate of earlier batches (the dataloader's rows
+        and more), each refill by this batch's and the earlier ones'. Returns the rounds and ``pool.groups()``."""
+        world, G, dynamic = self.accelerator.num_processes, self.num_generations, self.masking.dynamic_sampling
+        seen_informative, seen_generated = self.informative_history
+        extra = first_round_extra(needed, seen_informative, seen_generated, world, G) if dynamic else 0
+        if self.prompt_skipper is not None:
+            rows, keys = self._stream_prompts(pool, needed + extra)
+            first = [(self._local_rows(rows, G), keys)]
+        else:
+            rows, keys = self._stream_prompts(pool, extra)
+            first = [(list(inputs), [])] + ([(self._local_rows(rows, G), keys)] if extra else [])
+        for part, (_, keys) in zip(self._generate_round([rows for rows, _ in first], generate), first, strict=True):
+            pool.add(part, self._informative_groups(part, G), keys)
+        rounds, (informative, generated) = 1, pool.groups()
+        while dynamic and informative < needed and rounds < self.masking.dynamic_sampling_max_rounds:
+            count = refill_groups(
+                needed - informative, informative + seen_informative, generated + seen_generated, needed, world, G
+            )
+            rows, keys = self._stream_prompts(pool, count)
+            (part,) = self._generate_round([self._local_rows(rows, G)], generate)
+            pool.add(part, self._informative_groups(part, G), keys)
+            rounds, (informative, generated) = rounds + 1, pool.groups()
+        if dynamic:
+            self.informative_history = (
+                RATE_DECAY * (seen_informative + informative),
+                RATE_DECAY * (seen_generated + generated),
+            )
+        return rounds, (informative, generated)
+
+    def _fill_screened(self, pool: GeneratedPool, needed: int, generate) -> tuple[int, tuple]:
+        """Rounds that screen new prompts with ``dynamic_sampling_screen`` rows each and complete, in the same decode
+        pass, the groups of those whose screen differed; the last round allowed generates whole groups for what is
+        still missing, so that the batch can be completed at the cap. Every prompt comes from the stream. The rate
+        a round is sized by is the share of screens that differed (``informative_history`` counts screens)."""
+        world, G, screen = self.accelerator.num_processes, self.num_generations, self.masking.dynamic_sampling_screen
+        seen_passed, seen_screened = self.informative_history
+        waiting: list[Screened] = []
+        rounds = passed = screened = 0
+        while rounds < self.masking.dynamic_sampling_max_rounds and pool.groups()[0] < needed:
+            rounds += 1
+            missing = needed - pool.groups()[0]
+            count = continued_prompts(len(waiting), missing, world, G - screen)
+            continued, waiting = waiting[:count], waiting[count:]
+            plan = [("rest", [item.row for item in continued], G - screen)]
+            if rounds == self.masking.dynamic_sampling_max_rounds:
+                rows, keys = self._stream_prompts(pool, splittable(max(missing - count, 0), G, world))
+                plan.append(("whole", rows, G))
+            else:
+                shortfall = missing - count - continued_prompts(len(waiting), needed, world, G - screen)
+                prompts = 0
+                if shortfall > 0:
+                    prompts = screen_prompts(
+                        shortfall, seen_passed + passed, seen_screened + screened, needed, world, G, screen
+                    )
+                rows, keys = self._stream_prompts(pool, prompts)
+                plan.append(("screen", rows, screen))
+            plan = [(kind, rows, per_prompt) for kind, rows, per_prompt in plan if rows]
+            parts = self._generate_round([self._local_rows(rows, n) for _, rows, n in plan], generate)
+            for (kind, rows, _), part in zip(plan, parts, strict=True):
+                if kind == "rest":
+                    rest = G - screen
+                    groups = GatheredRows.concat(
+                        [piece for i, item in enumerate(continued)
+                         for piece in (item.screen, part.take(i * rest, (i + 1) * rest))]
+                    )  # fmt: skip
+                    pool.add(groups, self._informative_groups(groups, G), [item.key for item in continued])
+                elif kind == "whole":
+                    pool.add(part, self._informative_groups(part, G), keys)
+                else:
+                    differs = self._informative_groups(part, screen).tolist()
+                    passed, screened = passed + sum(differs), screened + len(differs)
+                    for i, (row, key, passes) in enumerate(zip(rows, keys, differs, strict=True)):
+                        piece = part.take(i * screen, (i + 1) * screen)
+                        if passes:
+                            waiting.append(Screened(row, key, piece))
+                        else:
+                            pool.tied_screens.append(piece)
+                            pool.tied_screen_keys.append(key)
+        pool.unfinished_keys += [item.key for item in waiting]
+        if screened:
+            self._metrics["train"]["dynamic_sampling/screen_pass_frac"].append(passed / screened)
+        self.informative_history = (RATE_DECAY * (seen_passed + passed), RATE_DECAY * (seen_screened + screened))
+        return rounds, pool.groups()
+
     def _draw(self, groups: int) -> tuple[list[dict], list[int], int]:
         """The next ``groups`` prompts of the stream (the same on every rank): their rows, skip-history keys, and
         the number of prompts skipped on the way."""
@@ -195,45 +319,69 @@ class DynamicSamplingMixin:
         indices, skipped = self.prompt_stream.draw(groups, draw_prob)
         return [dict(self.train_dataset[i]) for i in indices], indices, skipped
 
-    def _stream_part(self, pool: GeneratedPool, groups: int) -> list[dict]:
-        """This rank's rows of the next ``groups`` prompts drawn from the stream, ``G`` rows each."""
-        world, rank, G = self.accelerator.num_processes, self.accelerator.process_index, self.num_generations
-        rows, keys, skipped = self._draw(groups)
-        pool.keys += keys
+    def _stream_prompts(self, pool: GeneratedPool, count: int) -> tuple[list[dict], list[int]]:
+        """The next ``count`` prompts drawn from the stream and their skip-history keys (skips counted in the pool)."""
+        if count == 0:
+            return [], []
+        rows, keys, skipped = self._draw(count)
         pool.skipped += skipped
-        repeated = [dict(row) for row in rows for _ in range(G)]
+        return rows, keys
+
+    def _local_rows(self, rows: list[dict], per_prompt: int) -> list[dict]:
+        """This rank's rows of ``per_prompt`` copies of each of ``rows`` (the gathered rows split evenly over ranks)."""
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        repeated = [dict(row) for row in rows for _ in range(per_prompt)]
         return repeated[rank_rows(len(repeated), world, rank)]
 
-    def _generate_round(self, pool: GeneratedPool, parts: list[list[dict]], generate) -> None:
-        """One decode pass over this rank's rows of every part; the pool gets them gathered, part by part."""
+    def _generate_round(self, parts: list[list[dict]], generate) -> list[GatheredRows]:
+        """One decode pass over this rank's rows of every part; each part's rows come back gathered, a prompt's
+        rows consecutive."""
         rows = [row for part in parts for row in part]
         prompts = self._prepared_prompts(rows)
         generated = generate(prompts)
         rewards_per_func, truncated = self._score_generation(rows, prompts, generated)
-        order = part_major_order([len(part) for part in parts], self.accelerator.num_processes)
-        rewards_per_func, truncated = (
-            rewards_per_func[order.to(rewards_per_func.device)],
-            truncated[order.to(truncated.device)],
-        )
-        task_rewards = self._task_rewards(rewards_per_func)
-        valid = ~(truncated | core.unscorable_rows(rewards_per_func))
-        zero_std = core.zero_std_groups(task_rewards, valid, self.num_generations, self.masking.zero_std_atol)
+        sizes = [len(part) for part in parts]
+        order = part_major_order(sizes, self.accelerator.num_processes)
+        rewards_per_func = rewards_per_func[order.to(rewards_per_func.device)]
+        truncated = truncated[order.to(truncated.device)]
         gathered_rows, records = gather_object(rows), gather_object(self._split_generated(generated))
-        pool.rows += [gathered_rows[i] for i in order.tolist()]
-        pool.records += [records[i] for i in order.tolist()]
-        pool.rewards_per_func.append(rewards_per_func)
-        pool.truncated.append(truncated)
-        pool.informative.append(~zero_std.cpu())
+        order = order.tolist()
+        gathered = GatheredRows(
+            [gathered_rows[i] for i in order], [records[i] for i in order], rewards_per_func, truncated
+        )
+        world, start, result = self.accelerator.num_processes, 0, []
+        for size in sizes:
+            result.append(gathered.take(start, start + size * world))
+            start += size * world
+        return result
+
+    def _informative_groups(self, rows: GatheredRows, group_size: int) -> torch.Tensor:
+        """``(rows // group_size,)`` bool: groups with two valid rows of different task reward."""
+        task_rewards = self._task_rewards(rows.rewards_per_func)
+        valid = ~(rows.truncated | core.unscorable_rows(rows.rewards_per_func))
+        return ~core.zero_std_groups(task_rewards, valid, group_size, self.masking.zero_std_atol).cpu()
 
     def _record_outcomes(self, pool: GeneratedPool) -> None:
-        """Every generated group's outcome into the skip history (the same on every rank: gathered rewards)."""
-        rewards_per_func, truncated = torch.cat(pool.rewards_per_func), torch.cat(pool.truncated)
-        task_rewards = self._task_rewards(rewards_per_func)
-        valid = ~(truncated | core.unscorable_rows(rewards_per_func))
-        reward_range = core.widen_reward_range(self.reward_range, task_rewards, valid) or (0.0, 0.0)
-        outcomes = group_outcomes(task_rewards, valid, self.num_generations, self.masking.zero_std_atol, reward_range)
-        self.prompt_skipper.record(pool.keys, outcomes)
-        drawn = len(pool.keys) + pool.skipped
+        """Every generated group's outcome into the skip history (the same on every rank: gathered rewards); a tied
+        screen counts as a group of its kind, a screen that differed and was never completed as informative."""
+        groups = GatheredRows(pool.rows, pool.records, torch.cat(pool.rewards_per_func), torch.cat(pool.truncated))
+        parts = [(groups, self.num_generations, pool.keys)]
+        if pool.tied_screens:
+            screens = GatheredRows.concat(pool.tied_screens)
+            parts.append((screens, len(screens.rows) // len(pool.tied_screens), pool.tied_screen_keys))
+        task_rewards = [self._task_rewards(part.rewards_per_func) for part, _, _ in parts]
+        valid = [~(part.truncated | core.unscorable_rows(part.rewards_per_func)) for part, _, _ in parts]
+        reward_range = core.widen_reward_range(self.reward_range, torch.cat(task_rewards), torch.cat(valid))
+        keys, outcomes = [], []
+        for (_, group_size, part_keys), rewards, rows_valid in zip(parts, task_rewards, valid):
+            atol = self.masking.zero_std_atol
+            outcomes.append(group_outcomes(rewards, rows_valid, group_size, atol, reward_range or (0.0, 0.0)))
+            keys += part_keys
+        keys += pool.unfinished_keys
+        outcomes.append(torch.full((len(pool.unfinished_keys),), int(Outcome.INFORMATIVE), dtype=torch.long))
+        outcomes = torch.cat(outcomes)
+        self.prompt_skipper.record(keys, outcomes)
+        drawn = len(keys) + pool.skipped
         metrics, explore = self._metrics["train"], self.prompt_skipper.explore
         metrics["prompt_skip/prompts_drawn"].append(drawn)
         metrics["prompt_skip/skipped_frac"].append(pool.skipped / drawn)

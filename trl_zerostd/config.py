@@ -74,6 +74,15 @@ class ZeroStdArguments:
             "warning once, then the metric dynamic_sampling/cap_reached); 'error': raise."
         },
     )
+    dynamic_sampling_screen: int = field(
+        default=0,
+        metadata={
+            "help": "Dynamic sampling: generate this many completions of each drawn prompt first, and the other "
+            "num_generations - dynamic_sampling_screen only for the prompts whose first ones differ in task reward; a "
+            "prompt tied on its screen is dropped after it (SPEED, arXiv 2506.09016). 0: off (whole groups); else "
+            ">= 2 and < num_generations."
+        },
+    )
     skip_zero_std_prompts: bool = field(
         default=False,
         metadata={
@@ -128,6 +137,22 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             "dynamic_sampling_max_rounds must be >= 1 (the first round included), "
             f"got {settings.dynamic_sampling_max_rounds!r}."
         )
+    if settings.dynamic_sampling_screen:
+        if not settings.dynamic_sampling:
+            raise ValueError(
+                f"dynamic_sampling_screen={settings.dynamic_sampling_screen!r} screens the prompts of dynamic "
+                "sampling, which is off: set dynamic_sampling=True, or leave dynamic_sampling_screen=0."
+            )
+        if not settings.dynamic_sampling_screen >= 2:
+            raise ValueError(
+                "dynamic_sampling_screen must be 0 (off) or >= 2 (one completion cannot differ from itself), "
+                f"got {settings.dynamic_sampling_screen!r}."
+            )
+        if not settings.dynamic_sampling_max_rounds >= 2:
+            raise ValueError(
+                "dynamic_sampling_screen needs dynamic_sampling_max_rounds >= 2 (a screen, then the rest of its "
+                f"groups), got {settings.dynamic_sampling_max_rounds!r}."
+            )
     if settings.dynamic_sampling_on_cap not in ("mask", "error"):
         raise ValueError(
             f"dynamic_sampling_on_cap must be 'mask' or 'error', got {settings.dynamic_sampling_on_cap!r}."
@@ -174,11 +199,17 @@ def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:
 
 
 def check_num_generations(config) -> None:
-    """Group-relative advantages compare at least 2 completions of a prompt in training."""
+    """Group-relative advantages compare at least 2 completions of a prompt in training; a screen is part of one."""
     if config.num_generations is not None and config.num_generations < 2:
         raise ValueError(
             f"num_generations must be at least 2 in training (got {config.num_generations}): a group of one "
             "completion has no baseline to compare with. num_generations_eval may be 1."
+        )
+    screen = getattr(config, "dynamic_sampling_screen", 0)
+    if screen and config.num_generations is not None and screen >= config.num_generations:
+        raise ValueError(
+            f"dynamic_sampling_screen={screen} must be below num_generations={config.num_generations}: the screen "
+            "is the first part of a group."
         )
 
 

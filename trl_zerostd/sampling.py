@@ -164,8 +164,35 @@ def refill_groups(missing: int, informative: int, generated: int, batch_groups: 
     sequential decode, so fewer, larger rounds beat many small ones (benchmarks/dynamic_sampling.py)."""
     rate = max(informative / generated if generated else 0.0, 1.0 / batch_groups)
     groups = min(math.ceil(missing / rate), MAX_ROUND_BATCHES * batch_groups)
-    step = world_size // math.gcd(G, world_size)
-    return math.ceil(groups / step) * step
+    return splittable(groups, G, world_size)
+
+
+def splittable(prompts: int, rows_per_prompt: int, world_size: int) -> int:
+    """``prompts`` rounded up so that their ``prompts * rows_per_prompt`` rows split evenly over ``world_size``."""
+    step = world_size // math.gcd(rows_per_prompt, world_size)
+    return math.ceil(prompts / step) * step
+
+
+def screen_prompts(
+    missing: int, passed: int, screened: int, batch_groups: int, world_size: int, G: int, screen: int
+) -> int:
+    """Prompts a round screens (``screen`` rows each) to find ``missing`` more informative groups: ``missing`` divided
+    by the share of screens that passed so far (``passed / screened``, at least ``1 / batch_groups``; before any
+    screen, one generation batch of rows), at most ``MAX_ROUND_BATCHES`` generation batches of rows, rounded up so
+    that the round's rows split evenly over ranks."""
+    budget = MAX_ROUND_BATCHES * batch_groups * G // screen
+    if screened:
+        prompts = min(math.ceil(missing / max(passed / screened, 1.0 / batch_groups)), budget)
+    else:
+        prompts = batch_groups * G // screen
+    return splittable(prompts, screen, world_size)
+
+
+def continued_prompts(waiting: int, missing: int, world_size: int, rest: int) -> int:
+    """Of ``waiting`` prompts whose screen passed, how many a round completes with their ``rest`` rows: enough for the
+    ``missing`` informative groups, in a count whose rows split evenly over ranks (the others wait a round)."""
+    step = world_size // math.gcd(rest, world_size)
+    return min(math.ceil(missing / step) * step, waiting // step * step)
 
 
 def first_round_extra(needed: int, seen_informative: float, seen_generated: float, world_size: int, G: int) -> int:
