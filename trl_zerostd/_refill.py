@@ -67,6 +67,10 @@ class GatheredRows:
         rows = slice(start, stop)
         return GatheredRows(self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows])
 
+    def valid(self) -> torch.Tensor:
+        """``(rows,)`` bool: neither truncated nor unscorable."""
+        return ~(self.truncated | core.unscorable_rows(self.rewards_per_func))
+
     @staticmethod
     def concat(parts: list[GatheredRows]) -> GatheredRows:
         return GatheredRows(
@@ -358,8 +362,7 @@ class DynamicSamplingMixin:
     def _informative_groups(self, rows: GatheredRows, group_size: int) -> torch.Tensor:
         """``(rows // group_size,)`` bool: groups with two valid rows of different task reward."""
         task_rewards = self._task_rewards(rows.rewards_per_func)
-        valid = ~(rows.truncated | core.unscorable_rows(rows.rewards_per_func))
-        return ~core.zero_std_groups(task_rewards, valid, group_size, self.masking.zero_std_atol).cpu()
+        return ~core.zero_std_groups(task_rewards, rows.valid(), group_size, self.masking.zero_std_atol).cpu()
 
     def _record_outcomes(self, pool: GeneratedPool) -> None:
         """Every generated group's outcome into the skip history (the same on every rank: gathered rewards); a tied
@@ -370,12 +373,11 @@ class DynamicSamplingMixin:
             screens = GatheredRows.concat(pool.tied_screens)
             parts.append((screens, len(screens.rows) // len(pool.tied_screens), pool.tied_screen_keys))
         task_rewards = [self._task_rewards(part.rewards_per_func) for part, _, _ in parts]
-        valid = [~(part.truncated | core.unscorable_rows(part.rewards_per_func)) for part, _, _ in parts]
-        reward_range = core.widen_reward_range(self.reward_range, torch.cat(task_rewards), torch.cat(valid))
-        keys, outcomes = [], []
-        for (_, group_size, part_keys), rewards, rows_valid in zip(parts, task_rewards, valid):
-            atol = self.masking.zero_std_atol
-            outcomes.append(group_outcomes(rewards, rows_valid, group_size, atol, reward_range or (0.0, 0.0)))
+        valid = [part.valid() for part, _, _ in parts]
+        reward_range = core.widen_reward_range(self.reward_range, torch.cat(task_rewards), torch.cat(valid)) or (0, 0)
+        keys, outcomes, atol = [], [], self.masking.zero_std_atol
+        for (_, group_size, part_keys), rewards, rows_valid in zip(parts, task_rewards, valid, strict=True):
+            outcomes.append(group_outcomes(rewards, rows_valid, group_size, atol, reward_range))
             keys += part_keys
         keys += pool.unfinished_keys
         outcomes.append(torch.full((len(pool.unfinished_keys),), int(Outcome.INFORMATIVE), dtype=torch.long))
