@@ -241,8 +241,9 @@ class DynamicSamplingMixin:
         else:
             rows, keys = self._stream_prompts(pool, extra)
             first = [(list(inputs), [])] + ([(self._local_rows(rows, G), keys)] if extra else [])
-        for part, (_, keys) in zip(self._generate_round([rows for rows, _ in first], generate), first, strict=True):
-            pool.add(part, self._informative_groups(part, G), keys)
+        parts = self._generate_round([local_rows for local_rows, _ in first], generate)
+        for part, (_, part_keys) in zip(parts, first, strict=True):
+            pool.add(part, self._informative_groups(part, G), part_keys)
         rounds, (informative, generated) = 1, pool.groups()
         while dynamic and informative < needed and rounds < self.masking.dynamic_sampling_max_rounds:
             count = refill_groups(
@@ -273,10 +274,9 @@ class DynamicSamplingMixin:
             missing = needed - pool.groups()[0]
             count = continued_prompts(len(waiting), missing, world, G - screen)
             continued, waiting = waiting[:count], waiting[count:]
-            plan = [("rest", [item.row for item in continued], G - screen)]
+            plan = [("rest", [item.row for item in continued], [item.key for item in continued])]
             if rounds == self.masking.dynamic_sampling_max_rounds:
-                rows, keys = self._stream_prompts(pool, splittable(max(missing - count, 0), G, world))
-                plan.append(("whole", rows, G))
+                plan.append(("whole", *self._stream_prompts(pool, splittable(max(missing - count, 0), G, world))))
             else:
                 shortfall = missing - count - continued_prompts(len(waiting), needed, world, G - screen)
                 prompts = 0
@@ -284,18 +284,18 @@ class DynamicSamplingMixin:
                     prompts = screen_prompts(
                         shortfall, seen_passed + passed, seen_screened + screened, needed, world, G, screen
                     )
-                rows, keys = self._stream_prompts(pool, prompts)
-                plan.append(("screen", rows, screen))
-            plan = [(kind, rows, per_prompt) for kind, rows, per_prompt in plan if rows]
-            parts = self._generate_round([self._local_rows(rows, n) for _, rows, n in plan], generate)
-            for (kind, rows, _), part in zip(plan, parts, strict=True):
+                plan.append(("screen", *self._stream_prompts(pool, prompts)))
+            plan = [(kind, rows, keys) for kind, rows, keys in plan if rows]
+            per_prompt = {"rest": G - screen, "whole": G, "screen": screen}
+            parts = self._generate_round([self._local_rows(rows, per_prompt[kind]) for kind, rows, _ in plan], generate)
+            for (kind, rows, keys), part in zip(plan, parts, strict=True):
                 if kind == "rest":
                     rest = G - screen
                     groups = GatheredRows.concat(
                         [piece for i, item in enumerate(continued)
                          for piece in (item.screen, part.take(i * rest, (i + 1) * rest))]
                     )  # fmt: skip
-                    pool.add(groups, self._informative_groups(groups, G), [item.key for item in continued])
+                    pool.add(groups, self._informative_groups(groups, G), keys)
                 elif kind == "whole":
                     pool.add(part, self._informative_groups(part, G), keys)
                 else:
