@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                         # 19 arms x 5 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                         # 22 arms x 5 seeds, 300 steps each, 2 runs at a time
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -46,6 +46,9 @@ ARMS = {
         "band",
     ],
 }
+# prompt skipping with a prior by difficulty band for prompts never drawn (skip_prior_key)
+PRIOR = ["--skip_prior_key", "band"]
+ARMS.update({f"{arm}-prior": [*ARMS[arm], *PRIOR] for arm in ("skip", "dynamic+skip")})
 HALF_BATCH = ["--per_device_train_batch_size", "64"]  # 8 groups a step instead of 16
 ARMS.update({f"{arm}-8g": [*flags, *HALF_BATCH] for arm, flags in list(ARMS.items())})
 ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor allows
@@ -55,7 +58,7 @@ ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size
 for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ
     ARMS.update(
         {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)]
-         for arm in ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g")}
+         for arm in ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")}
     )  # fmt: skip
 BANDS = ("easy", "medium", "hard")
 
@@ -83,10 +86,14 @@ class TimeToAccuracyArguments:
             "dynamic+skip-8g-screen4",
             "dynamic+skip-6g-screen4",
             "dynamic+skip-t0-8g-screen4",
+            "skip-prior",
+            "dynamic+skip-prior-8g",
+            "dynamic+skip-prior-8g-screen4",
         ],
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
-            "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S)."
+            "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
+            "skip_prior_key=band)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
@@ -100,8 +107,8 @@ class TimeToAccuracyArguments:
     )
     plot_arms: list[str] = field(
         default_factory=lambda: [
-            "trl", "masking", "dynamic", "skip", "skip-t0", "dynamic+skip", "dynamic+skip-8g",
-            "dynamic+skip-8g-screen4",
+            "trl", "masking", "dynamic", "skip", "skip-t0", "skip-prior", "dynamic+skip-8g-screen4",
+            "dynamic+skip-prior-8g-screen4",
         ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )

@@ -274,20 +274,25 @@ def test_same_seed_same_skip_decisions(make_trainer):
     assert runs[0][1]["explore"] == runs[1][1]["explore"]
 
 
-def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer):
-    trainer = make_trainer(prompts=DATA, max_steps=4, save_strategy="steps", save_steps=3, **SKIP)
+@pytest.mark.parametrize("prior_key", [None, "prompt"])
+def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer, prior_key):
+    config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key}
+    trainer = make_trainer(prompts=DATA, save_strategy="steps", save_steps=3, **config)
     stub_generation(trainer, tied_or_informative)
     trainer.train()
     checkpoint = f"{trainer.args.output_dir}/checkpoint-3"
     saved = torch.load(f"{checkpoint}/{SKIP_STATE_FILE}")
     assert saved["history"]["streak"].sum() > 0
-    resumed = make_trainer(prompts=DATA, max_steps=4, **SKIP)
+    resumed = make_trainer(prompts=DATA, **config)
     stub_generation(resumed, tied_or_informative)
     resumed.train(resume_from_checkpoint=checkpoint)
     assert torch.equal(resumed.prompt_skipper.history.streak, trainer.prompt_skipper.history.streak)
     assert torch.equal(resumed.prompt_skipper.history.kind, trainer.prompt_skipper.history.kind)
     assert resumed.prompt_skipper.explore == trainer.prompt_skipper.explore
     assert resumed.prompt_stream.state_dict() == trainer.prompt_stream.state_dict()
+    if prior_key is not None:
+        assert saved["prior"]["counts"].sum() > 0
+        assert torch.equal(resumed.prompt_skipper.prior.counts, trainer.prompt_skipper.prior.counts)
 
 
 def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
@@ -330,6 +335,38 @@ def test_history_key_must_name_a_column_and_needs_skipping(make_trainer, tmp_pat
         make_trainer(prompts=DATA, skip_history_key="level", **SKIP)
     with pytest.raises(ValueError, match="skip_history_key"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, skip_history_key="level")
+
+
+def test_a_prior_skips_the_never_drawn_rows_of_a_tied_group(make_trainer):
+    """skip_prior_key="prompt" on 24 rows of "1+1=" (always tied) and 6 informative rows: once a few "1+1=" groups
+    are recorded, the "1+1=" rows never drawn are drawn at the floor rate, not always. Without the prior the first
+    pass over the data draws every one of them."""
+    prompts = ["1+1="] * 24 + DATA[1:] * 2
+    rows_drawn = {}
+    for prior_key in (None, "prompt"):
+        trainer = make_trainer(prompts=prompts, skip_prior_key=prior_key, **SKIP)
+        while trainer.prompt_stream.epoch == 0:
+            trained_groups(trainer, 1)
+        rows_drawn[prior_key] = int((trainer.prompt_skipper.history.streak[:24] > 0).sum())
+    assert rows_drawn[None] == 24 and rows_drawn["prompt"] <= 12
+    never_drawn = (trainer.prompt_skipper.history.streak[:24] == 0).nonzero().view(-1)
+    assert trainer.prompt_skipper.draw_prob(never_drawn).tolist() == [trainer.masking.skip_min_draw_prob] * len(
+        never_drawn
+    )
+
+
+def test_prior_key_must_name_a_column_of_a_map_style_dataset(make_trainer, tmp_path):
+    from trl_zerostd import ZeroStdGRPOConfig
+
+    with pytest.raises(ValueError, match="skip_prior_key='level' is not a column"):
+        make_trainer(prompts=DATA, skip_prior_key="level", **SKIP)
+    with pytest.raises(ValueError, match="skip_prior_key='prompt' needs a map-style"):
+        make_trainer(prompts=DATA, streaming=True, skip_prior_key="prompt", **SKIP, dynamic_sampling=True)
+    config = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    with pytest.raises(ValueError, match="skip_prior_key='prompt' sets the prior of prompt skipping, which is off"):
+        ZeroStdGRPOConfig(**config, skip_prior_key="prompt")
+    with pytest.raises(ValueError, match="Set one of them"):
+        ZeroStdGRPOConfig(**config, skip_zero_std_prompts=True, skip_prior_key="prompt", skip_history_key="prompt")
 
 
 # ---------------------------------------------------------------------------------------------------------------

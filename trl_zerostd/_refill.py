@@ -148,7 +148,14 @@ class DynamicSamplingMixin:
         if not used:
             return
         dataset, key, skipping = self.train_dataset, self.masking.skip_history_key, self.masking.skip_zero_std_prompts
+        prior_key = self.masking.skip_prior_key
         if isinstance(dataset, IterableDataset):
+            if prior_key is not None:
+                raise ValueError(
+                    f"skip_prior_key={prior_key!r} needs a map-style train_dataset (its groups are read from the "
+                    "column up front); this train_dataset is streaming (IterableDataset). Leave skip_prior_key unset, "
+                    "or pass a datasets.Dataset."
+                )
             self.prompt_stream = self._row_stream(dataset, (key or "prompt") if skipping else None)
             if skipping:
                 self.prompt_skipper = PromptSkipper.streaming(
@@ -166,15 +173,17 @@ class DynamicSamplingMixin:
                 "reset() makes every prompt, and no prompt has a history to skip by. Pass a train_dataset (one row "
                 "per task), or use dynamic_sampling alone."
             )
-        if key is not None and key not in dataset.column_names:
-            raise ValueError(
-                f"skip_history_key={key!r} is not a column of the train_dataset (columns: {dataset.column_names})."
-            )
+        for name, column in (("skip_history_key", key), ("skip_prior_key", prior_key)):
+            if column is not None and column not in dataset.column_names:
+                raise ValueError(
+                    f"{name}={column!r} is not a column of the train_dataset (columns: {dataset.column_names})."
+                )
         self.prompt_skipper = PromptSkipper.new(
             len(dataset),
             self.masking.skip_target_zero_std_frac,
             self.masking.skip_min_draw_prob,
             keys=None if key is None else [repr(value) for value in dataset[key]],
+            prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
         )
 
     def _row_stream(self, dataset: IterableDataset, key_column: str | None) -> RowStream:

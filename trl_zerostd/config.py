@@ -110,6 +110,16 @@ class ZeroStdArguments:
             "history by a hash of this field of each row (default 'prompt')."
         },
     )
+    skip_prior_key: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt skipping, one history per row: the name of a train_dataset column (a difficulty label, a "
+            "source) whose value groups the prompts. A prompt never drawn is then drawn with its group's informative "
+            "rate over the last ~10 generation batches, relative to the best group's (never below "
+            "skip_min_draw_prob), instead of always: a level the model cannot solve yet, or always solves, is skipped "
+            "from the first pass on. Map-style train_dataset only."
+        },
+    )
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
@@ -172,6 +182,18 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             f"skip_history_key={settings.skip_history_key!r} keys the histories of prompt skipping, which is off: "
             "set skip_zero_std_prompts=True, or leave skip_history_key unset."
         )
+    if settings.skip_prior_key is not None:
+        if not settings.skip_zero_std_prompts:
+            raise ValueError(
+                f"skip_prior_key={settings.skip_prior_key!r} sets the prior of prompt skipping, which is off: set "
+                "skip_zero_std_prompts=True, or leave skip_prior_key unset."
+            )
+        if settings.skip_history_key is not None:
+            raise ValueError(
+                f"skip_prior_key={settings.skip_prior_key!r} with skip_history_key={settings.skip_history_key!r}: "
+                "the prior is for prompts with no history of their own, and skip_history_key pools every prompt of "
+                "a key into one history. Set one of them."
+            )
 
 
 def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:

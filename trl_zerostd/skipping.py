@@ -1,5 +1,6 @@
 """Prompt skipping, the pure part: a per-prompt record of zero-variance outcomes, and the probability of drawing a
-prompt again, which shrinks with each zero-variance outcome in a row (in the spirit of GRESO, arXiv 2506.02177).
+prompt again, which shrinks with each zero-variance outcome in a row (in the spirit of GRESO, arXiv 2506.02177);
+optionally, for prompts never drawn, a prior from the prompts of their group (a difficulty label, a source).
 
 No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
 prompt (``history_key``); ``G = num_generations``.
@@ -20,6 +21,8 @@ MAX_STREAK = 255  # outcomes in a row are counted up to this (uint8); p ** 255 i
 EXPLORE_PROB_INIT = 0.5  # p of each kind at the start: a prompt zero-variance once is drawn again with probability p
 EXPLORE_STEP = 0.01  # per generation batch, p moves by this toward the target zero-variance share
 SHARE_DECAY = 0.9  # p is steered by each kind's share over about the last 10 generation batches
+PRIOR_DECAY = 0.9  # per generation batch: a group's informative rate looks back ~10 batches
+PRIOR_MIN_OUTCOMES = 4.0  # decayed outcomes of a group before its rate is trusted (its prompts are drawn till then)
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
 
 
@@ -121,6 +124,45 @@ class ExploreProbs:
         self.share_all_low, self.share_all_high = state.get("share_all_low"), state.get("share_all_high")
 
 
+@dataclass
+class GroupPrior:
+    """How likely a prompt with no history of its own is to be drawn, from the prompts that share its group (a
+    column's value: a difficulty label, a source): its group's informative rate over about the last 10 generation
+    batches (``PRIOR_DECAY``), relative to the best group's. On data with a difficulty spread this skips most
+    prompts of a level the model cannot solve yet, or always solves, already on the first pass, where no prompt has
+    a history. A group with too few outcomes (``PRIOR_MIN_OUTCOMES``) counts as informative every time (it is drawn,
+    and the others are drawn at their own rate); while no group has given an informative group, every one is drawn."""
+
+    groups: torch.Tensor  # (num_slots,) long: the group of each history slot
+    counts: torch.Tensor  # (num_groups, 2) float64: decayed informative and total outcomes
+
+    @classmethod
+    def new(cls, values: list) -> GroupPrior:
+        """``values``: one hashable value per history slot; slots with equal values form one group."""
+        index: dict = {}
+        groups = torch.tensor([index.setdefault(value, len(index)) for value in values], dtype=torch.long)
+        return cls(groups, torch.zeros(len(index), 2, dtype=torch.float64))
+
+    def record(self, slots: torch.Tensor, outcomes: torch.Tensor) -> None:
+        """One generation batch: decay the counts, then add an outcome per group generated."""
+        self.counts *= PRIOR_DECAY
+        groups = self.groups[slots]
+        self.counts[:, 0].index_add_(0, groups, (outcomes == Outcome.INFORMATIVE).double())
+        self.counts[:, 1].index_add_(0, groups, torch.ones(len(groups), dtype=torch.float64))
+
+    def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
+        """``(k,)`` probability of drawing each of ``slots`` were it never drawn: its group's rate over the best
+        group's, never below ``min_draw_prob``."""
+        informative, total = self.counts.unbind(1)
+        rate = torch.where(total >= PRIOR_MIN_OUTCOMES, informative / total.clamp(min=PRIOR_MIN_OUTCOMES), 1.0)
+        best = rate.max()
+        relative = rate / best if best > 0 else torch.ones_like(rate)
+        return relative.clamp(min=min_draw_prob)[self.groups[slots]]
+
+    def state_dict(self) -> dict:
+        return {"counts": self.counts}
+
+
 def history_key(value) -> int:
     """A nonzero 63-bit key of a prompt (or any JSON value), the same in every process and run."""
     try:
@@ -169,16 +211,31 @@ class PromptSkipper:
     Prompts are named by keys. Map-style data: dataset row indices; ``slots`` ``(num_rows,)`` maps each row to its
     history (None: one history per row), and rows that share a key (a difficulty label, or the prompt text) share a
     slot, so the outcomes of some predict the skip of the others. Streaming data: hashed keys in ``hashed`` slots.
+    With a ``prior``, a prompt whose slot was never drawn is drawn as its group's informative rate says.
     """
 
     history: PromptHistory
     explore: ExploreProbs
     slots: torch.Tensor | None = None
     hashed: HashedSlots | None = field(default=None)
+    prior: GroupPrior | None = None
 
     @classmethod
-    def new(cls, num_rows: int, target: float, min_draw_prob: float, keys: list | None = None) -> PromptSkipper:
-        """``keys``: one hashable value per dataset row; rows with equal keys share a history."""
+    def new(
+        cls,
+        num_rows: int,
+        target: float,
+        min_draw_prob: float,
+        keys: list | None = None,
+        prior_groups: list | None = None,
+    ) -> PromptSkipper:
+        """``keys``: one hashable value per dataset row; rows with equal keys share a history. ``prior_groups``: one
+        hashable value per dataset row (one history per row only); rows with equal values form a prior's group."""
+        if prior_groups is not None:
+            if keys is not None:
+                raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
+            prior = GroupPrior.new(prior_groups)
+            return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob), prior=prior)
         if keys is None:
             return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob))
         index: dict = {}
@@ -197,7 +254,11 @@ class PromptSkipper:
         return keys if self.slots is None else self.slots[keys]
 
     def draw_prob(self, keys: torch.Tensor) -> torch.Tensor:
-        probs = self.explore.draw_prob(self.history, self._slots(keys))
+        slots = self._slots(keys)
+        probs = self.explore.draw_prob(self.history, slots)
+        if self.prior is not None:
+            never_drawn = self.history.streak[slots] == 0
+            probs = torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
     def record(self, keys: list[int], outcomes: torch.Tensor) -> None:
@@ -205,13 +266,18 @@ class PromptSkipper:
         keys = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
             self.hashed.claim(keys, self.history)
-        self.history.record(self._slots(keys).tolist(), outcomes)
+        slots = self._slots(keys)
+        self.history.record(slots.tolist(), outcomes)
+        if self.prior is not None:
+            self.prior.record(slots, outcomes)
         self.explore.adapt(outcomes)
 
     def state_dict(self) -> dict:
         state = {"history": self.history.state_dict(), "explore": self.explore.state_dict()}
         if self.hashed is not None:
             state["hashed"] = {"keys": self.hashed.keys, "evictions": self.hashed.evictions}
+        if self.prior is not None:
+            state["prior"] = self.prior.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -221,7 +287,16 @@ class PromptSkipper:
                 f"The checkpoint's prompt-skip history has {saved} slots, this run's {ours}: the train_dataset or "
                 "skip_history_key differs from the checkpointed run's."
             )
+        if (self.prior is None) != ("prior" not in state) or (
+            self.prior is not None and state["prior"]["counts"].shape != self.prior.counts.shape
+        ):
+            raise ValueError(
+                "The checkpoint's prompt-skip prior does not match this run's: skip_prior_key, or the number of its "
+                "values in the train_dataset, differs from the checkpointed run's."
+            )
         self.history.load_state_dict(state["history"])
         self.explore.load_state_dict(state["explore"])
+        if self.prior is not None:
+            self.prior.counts = state["prior"]["counts"].to(torch.float64)
         if self.hashed is not None:
             self.hashed = HashedSlots(state["hashed"]["keys"].to(torch.long), state["hashed"]["evictions"])
