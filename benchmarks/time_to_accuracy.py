@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                         # 22 arms x 5 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                         # 12 arms x 5 seeds, 300 steps each, 2 runs at a time
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -55,10 +55,10 @@ ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor 
 ARMS.update({f"{arm}-t0": [*ARMS[arm], *ZERO_TARGET] for arm in ("skip", "dynamic+skip")})
 ARMS["dynamic+skip-t0-8g"] = [*ARMS["dynamic+skip-t0"], *HALF_BATCH]
 ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size", "48"]  # 6 groups a step
+SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
 for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ
     ARMS.update(
-        {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)]
-         for arm in ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")}
+        {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)] for arm in SCREENED}
     )  # fmt: skip
 BANDS = ("easy", "medium", "hard")
 
@@ -67,29 +67,9 @@ BANDS = ("easy", "medium", "hard")
 class TimeToAccuracyArguments:
     arms: list[str] = field(
         default_factory=lambda: [
-            "trl",
-            "masking",
-            "keep_failed",
-            "dynamic",
-            "skip",
-            "dynamic+skip",
-            "skip-band",
-            "dynamic+skip-band",
-            "trl-8g",
-            "skip-8g",
-            "dynamic+skip-8g",
-            "skip-t0",
-            "dynamic+skip-t0",
-            "dynamic-8g",
-            "dynamic-8g-screen4",
-            "dynamic+skip-8g-screen2",
-            "dynamic+skip-8g-screen4",
-            "dynamic+skip-6g-screen4",
-            "dynamic+skip-t0-8g-screen4",
-            "skip-prior",
-            "dynamic+skip-prior-8g",
-            "dynamic+skip-prior-8g-screen4",
-        ],
+            "trl", "masking", "keep_failed", "dynamic", "skip", "skip-t0", "skip-prior", "dynamic+skip-8g",
+            "dynamic-8g-screen4", "dynamic+skip-8g-screen4", "dynamic+skip-prior-8g", "dynamic+skip-prior-8g-screen4",
+        ],  # fmt: skip
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
@@ -239,7 +219,9 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
 
 def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
     """Held-out gain over the start (each seed starts from its own warm start) against generated tokens and wall time:
-    the mean over seeds per arm, each seed faint; the dotted line is the mean target gain."""
+    the mean over seeds per arm, each seed faint; the dotted line is the mean target gain. Right: each seed's tokens
+    and wall time to its target over TRL's, the medians marked (the claim; the mean curves average seeds at equal
+    steps, which stretches an arm's curve by its costliest seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,7 +229,9 @@ def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
 
     target = targets(records, args.target_fraction)
     start = {r["seed"]: r["eval"][0][1] for r in records if r["arm"] == "trl"}
-    figure, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    figure, all_axes = plt.subplots(1, 3, figsize=(19, 4.8), gridspec_kw={"width_ratios": [1, 1, 0.9]})
+    axes, ratio_axis = all_axes[:2], all_axes[2]
+    axes[1].sharey(axes[0])
     base = [r for r in records if r["arm"] == "trl"]
     axes[0].set_xlim(0, 2.5 * statistics.fmean(r["num_tokens"][-1] for r in base) / 1e6)  # dynamic runs go far past
     axes[1].set_xlim(0, 2.5 * statistics.fmean(sum(r["step_time"]) for r in base))
@@ -270,12 +254,40 @@ def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
         axis.axhline(mean_target, color="grey", linestyle=":", linewidth=1, label="target (mean over seeds)")
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
+    plot_ratios(ratio_axis, records, args, target)
     figure.suptitle(
         f"Difficulty-spread task, held-out split: {len(args.seeds)} seeds per arm (mean over seeds, faint: each seed)"
     )
     figure.tight_layout()
     figure.savefig(args.plot, dpi=110)
     plt.close(figure)
+
+
+def plot_ratios(axis, records: list[dict], args: TimeToAccuracyArguments, target: dict[int, float]) -> None:
+    """Per plotted arm: each seed's tokens (dots) and wall time (crosses) to its target over TRL's, medians as bars."""
+    base = {r["seed"]: reached(r, target[r["seed"]]) for r in records if r["arm"] == "trl"}
+    arms = [arm for arm in args.plot_arms if arm != "trl" and any(r["arm"] == arm for r in records)]
+    for row, arm in enumerate(arms):
+        ratios = [
+            (point[0] / base[r["seed"]][0], point[1] / base[r["seed"]][1])
+            for r in records
+            if r["arm"] == arm and (point := reached(r, target[r["seed"]])) and base.get(r["seed"])
+        ]
+        for offset, index, marker, label in ((-0.15, 0, "o", "tokens"), (0.15, 1, "x", "wall time")):
+            values = [ratio[index] for ratio in ratios]
+            axis.scatter(values, [row + offset] * len(values), marker=marker, color=f"C{index}", s=18,
+                         label=label if row == 0 else None)  # fmt: skip
+            axis.plot([median(values)] * 2, [row + offset - 0.12, row + offset + 0.12], color=f"C{index}", linewidth=3)
+    axis.set_yticks(range(len(arms)), arms, fontsize=8)
+    axis.invert_yaxis()
+    for x, style in ((1.0, "-"), (0.5, ":"), (1 / 1.5, "--")):
+        axis.axvline(x, color="grey", linestyle=style, linewidth=1)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks([0.25, 0.5, 2 / 3, 1, 2, 4], ["0.25", "0.5", "0.67", "1", "2", "4"])
+    axis.minorticks_off()
+    axis.set_xlabel("to target, / TRL (per seed; bar: median; lines at 1, 1/1.5, 1/2)")
+    axis.legend(fontsize=8)
+    axis.grid(alpha=0.3, axis="x")
 
 
 def main(args: TimeToAccuracyArguments) -> None:

@@ -230,6 +230,31 @@ MUTATIONS = [  # (label, file, original, mutant)
         "return probs",
     ),
     (
+        "skipping: the prior is not applied to prompts never drawn",
+        "skipping.py",
+        "torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)",
+        "probs",
+    ),
+    ("skipping: the prior's counts never decay", "skipping.py", "self.counts *= PRIOR_DECAY", "self.counts *= 1.0"),
+    (
+        "skipping: the prior's rates not relative to the best group's",
+        "skipping.py",
+        "relative = rate / best if best > 0 else torch.ones_like(rate)",
+        "relative = rate",
+    ),
+    (
+        "skipping: the prior's counts not restored",
+        "skipping.py",
+        'self.prior.counts = state["prior"]["counts"].to(torch.float64)',
+        "pass",
+    ),
+    (
+        "refill: skip_prior_key not passed to the skipper",
+        "_refill.py",
+        "prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],",
+        "prior_groups=None,",
+    ),
+    (
         "skipping: controller steered by one batch's share",
         "skipping.py",
         "SHARE_DECAY = 0.9",

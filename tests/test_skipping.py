@@ -130,13 +130,15 @@ def test_a_prior_draws_a_never_drawn_prompt_by_its_groups_rate():
     to trust: counted as informative, the best rate). Never-drawn rows take their group's rate over the best; a row
     drawn before keeps its own history."""
     skipper = PromptSkipper.new(6, target=0.25, min_draw_prob=0.05, prior_groups=["a", "a", "b", "b", "c", "c"])
-    skipper.record([0, 0, 0, 0, 2, 2, 2, 2, 4, 4], torch.tensor([INFO, INFO, HIGH, HIGH, INFO, LOW, LOW, LOW, LOW, LOW]))
+    outcomes = torch.tensor([INFO, INFO, HIGH, HIGH, INFO, LOW, LOW, LOW, LOW, LOW])
+    skipper.record([0, 0, 0, 0, 2, 2, 2, 2, 4, 4], outcomes)
     assert skipper.prior.counts.tolist() == [[2.0, 4.0], [1.0, 4.0], [0.0, 2.0]]
     p_low, p_high = skipper.explore.all_low, skipper.explore.all_high
     probs = skipper.draw_prob(torch.arange(6))
     assert probs.tolist() == pytest.approx([p_high**2, 0.5, p_low**3, 0.25, p_low**2, 1.0])
     skipper.record([0, 0, 0, 0, 2, 2, 4, 4, 4], torch.tensor([LOW] * 4 + [INFO] + [LOW] * 4))  # counts decayed first
-    expected = [[2 * PRIOR_DECAY, 4 * PRIOR_DECAY + 4], [PRIOR_DECAY + 1, 4 * PRIOR_DECAY + 2], [0, 2 * PRIOR_DECAY + 3]]
+    decay = PRIOR_DECAY
+    expected = [[2 * decay, 4 * decay + 4], [decay + 1, 4 * decay + 2], [0, 2 * decay + 3]]
     torch.testing.assert_close(skipper.prior.counts, torch.tensor(expected, dtype=torch.float64))
     rates = [informative / total for informative, total in expected]  # every group trusted now: b's is the best
     assert skipper.draw_prob(torch.tensor([1, 3, 5])).tolist() == pytest.approx([rates[0] / rates[1], 1.0, 0.05])
@@ -155,7 +157,7 @@ def test_a_prior_is_checkpointed_and_a_mismatch_is_refused():
     restored.load_state_dict(skipper.state_dict())
     assert torch.equal(restored.prior.counts, skipper.prior.counts)
     assert restored.draw_prob(torch.arange(4)).tolist() == skipper.draw_prob(torch.arange(4)).tolist()
-    for other in (PromptSkipper.new(4, 0.25, 0.05), PromptSkipper.new(4, 0.25, 0.05, prior_groups=["a", "b", "c", "c"])):
+    for other in (PromptSkipper.new(4, 0.25, 0.05), PromptSkipper.new(4, 0.25, 0.05, prior_groups=list("abcc"))):
         with pytest.raises(ValueError, match="skip_prior_key"):
             other.load_state_dict(skipper.state_dict())
     with pytest.raises(ValueError, match="not both"):
