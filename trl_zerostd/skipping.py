@@ -124,6 +124,14 @@ class ExploreProbs:
         self.share_all_low, self.share_all_high = state.get("share_all_low"), state.get("share_all_high")
 
 
+def dense_ids(values: list) -> tuple[torch.Tensor, int]:
+    """``(len(values),)`` long: each value's index among the distinct values in order of first appearance; and how
+    many distinct values there are."""
+    index: dict = {}
+    ids = torch.tensor([index.setdefault(value, len(index)) for value in values], dtype=torch.long)
+    return ids, len(index)
+
+
 @dataclass
 class GroupPrior:
     """How likely a prompt with no history of its own is to be drawn, from the prompts that share its group (a
@@ -139,9 +147,8 @@ class GroupPrior:
     @classmethod
     def new(cls, values: list) -> GroupPrior:
         """``values``: one hashable value per history slot; slots with equal values form one group."""
-        index: dict = {}
-        groups = torch.tensor([index.setdefault(value, len(index)) for value in values], dtype=torch.long)
-        return cls(groups, torch.zeros(len(index), 2, dtype=torch.float64))
+        groups, num_groups = dense_ids(values)
+        return cls(groups, torch.zeros(num_groups, 2, dtype=torch.float64))
 
     def record(self, slots: torch.Tensor, outcomes: torch.Tensor) -> None:
         """One generation batch: decay the counts, then add an outcome per group generated."""
@@ -238,9 +245,8 @@ class PromptSkipper:
             return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob), prior=prior)
         if keys is None:
             return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob))
-        index: dict = {}
-        slots = torch.tensor([index.setdefault(key, len(index)) for key in keys], dtype=torch.long)
-        return cls(PromptHistory.empty(len(index)), ExploreProbs(target, min_draw_prob), slots)
+        slots, num_slots = dense_ids(keys)
+        return cls(PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob), slots)
 
     @classmethod
     def streaming(cls, target: float, min_draw_prob: float, num_slots: int = HASHED_SLOTS) -> PromptSkipper:
