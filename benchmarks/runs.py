@@ -52,13 +52,11 @@ def timing_generation(trainer_cls):
     return GenerationTimed
 
 
-def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
-    """``(arm, flags, learning_rate, seed, max_steps, path)``: train, write the per-step record to ``path``, return it.
+def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
+    """Train the run of ``job`` (see ``run_one``) with the trainer class ``wrap(trainer_cls)``; return the trainer.
 
     ``flags`` are the arm's extra CLI flags; the arm "trl" trains TRL's own GRPOTrainer (package flags dropped)."""
     arm, flags, lr, seed, max_steps, path = job
-    if Path(path).exists():
-        return json.loads(Path(path).read_text())
     from train_cli import run, without_package_flags
     from trl import GRPOConfig, GRPOTrainer
 
@@ -69,9 +67,17 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
         "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
     ]  # fmt: skip
     if arm == "trl":
-        trainer = run(timing_generation(GRPOTrainer), GRPOConfig, without_package_flags(argv))
-    else:
-        trainer = run(timing_generation(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
+        return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
+    return run(wrap(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
+
+
+def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
+    """``(arm, flags, learning_rate, seed, max_steps, path)``: train, write the per-step record to ``path``, return it
+    (a run already written is read back, not run again)."""
+    arm, _, lr, seed, _, path = job
+    if Path(path).exists():
+        return json.loads(Path(path).read_text())
+    trainer = train_job(job)
     steps = [entry for entry in trainer.state.log_history if "reward" in entry]
     record = {"arm": arm, "learning_rate": lr, "seed": seed}
     record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})

@@ -1,0 +1,112 @@
+"""How well a prompt's skip history predicts its next group: the runs of a prompt-skipping arm of
+benchmarks/time_to_accuracy.py, re-run with every generated group tallied by its prompt's history when it was drawn
+(never drawn; last group informative; last group all-low / all-high) against whether the group was informative.
+
+    python benchmarks/skip_precision.py                              # skip-prior, seeds 3 and 6, 2 runs at a time
+    python benchmarks/skip_precision.py --arm skip --seeds 0 1 2 3
+
+Prompt skipping draws a prompt whose last group was informative (or that was never drawn) always, and skips one
+whose last groups were zero-variance; it can only save tokens as far as that history tells the two apart. Each run
+is the benchmark's run (same flags, evaluation included): when the benchmark's cached record of it is in --runs_dir,
+the generated tokens of both are compared and the table says whether they agree. Writes --table (Markdown).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runs import timing_generation, train_job
+from time_to_accuracy import ARMS, TimeToAccuracyArguments, common_flags
+
+STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
+
+
+def tallying(trainer_cls):
+    """``trainer_cls`` that counts, per half of the run, ``(history state at draw, next group informative)`` of every
+    group recorded in the skip history, in ``trainer.precision_tally``."""
+
+    class PrecisionTallied(trainer_cls):
+        def _record_outcomes(self, pool):
+            history, keys = self.prompt_skipper.history, list(pool.keys)
+            kinds, streaks = history.kind[keys].clone(), history.streak[keys].clone()
+            super()._record_outcomes(pool)
+            half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
+            tally = self.__dict__.setdefault("precision_tally", Counter())
+            for kind, streak, outcome in zip(kinds.tolist(), streaks.tolist(), history.kind[keys].tolist()):
+                tally[(half, STATES[0] if streak == 0 else STATES[1 + kind], outcome == 0)] += 1
+
+    PrecisionTallied.__name__ = trainer_cls.__name__
+    return PrecisionTallied
+
+
+def tally_run(job: tuple) -> dict:
+    """Train ``job`` (a ``runs.run_one`` job) with the tally; return it and the run's generated tokens."""
+    trainer = train_job(job, wrap=lambda cls: tallying(timing_generation(cls)))
+    tokens = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
+    return {"seed": job[3], "tally": [[*key, n] for key, n in trainer.precision_tally.items()], "tokens": tokens[-1]}
+
+
+@dataclass
+class SkipPrecisionArguments:
+    arm: str = field(default="skip-prior", metadata={"help": "A prompt-skipping arm of time_to_accuracy.py."})
+    seeds: list[int] = field(default_factory=lambda: [3, 6])
+    runs_dir: str = field(
+        default="outputs/time_to_accuracy", metadata={"help": "The benchmark's cached runs, to compare with."}
+    )
+    jobs: int = field(default=2)
+    table: str = field(default="docs/skip_precision.md")
+
+
+def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
+    lines = [
+        f"`{args.arm}`: each generated group by its prompt's skip history when drawn; the share of them that were "
+        "informative (groups).",
+        "",
+        "| seed | half | " + " | ".join(STATES) + " | all | same run as the benchmark's |",
+        "|---" * (len(STATES) + 4) + "|",
+    ]
+    for result in results:
+        counts = Counter({(half, state, informative): n for half, state, informative, n in result["tally"]})
+        cached = Path(args.runs_dir) / f"{args.arm}-seed{result['seed']}.json"
+        same = "no record"
+        if cached.exists():
+            same = "yes" if json.loads(cached.read_text())["num_tokens"][-1] == result["tokens"] else "NO"
+        for half in ("first half", "second half"):
+            cells = []
+            for state in (*STATES, None):
+                hits = sum(
+                    n for (h, s, informative), n in counts.items() if h == half and state in (s, None) and informative
+                )
+                total = sum(n for (h, s, _), n in counts.items() if h == half and state in (s, None))
+                cells.append(f"{hits / total:.2f} ({total})" if total else "-")
+            lines.append(f"| {result['seed']} | {half} | " + " | ".join(cells) + f" | {same} |")
+    return "\n".join(lines)
+
+
+def main(args: SkipPrecisionArguments) -> None:
+    from tqdm.auto import tqdm
+
+    if "--skip_zero_std_prompts" not in ARMS.get(args.arm, []):
+        raise ValueError(f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py.")
+    defaults = TimeToAccuracyArguments()
+    flags = [*ARMS[args.arm], *common_flags(defaults)]
+    jobs = [
+        (args.arm, flags, defaults.learning_rate, seed, defaults.max_steps, f"/tmp/skip_precision/{args.arm}-{seed}")
+        for seed in args.seeds
+    ]
+    with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+        results = list(tqdm(pool.imap(tally_run, jobs), total=len(jobs), desc="runs"))
+    table = summarise(results, args)
+    Path(args.table).write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    from trl import TrlParser
+
+    (parsed,) = TrlParser((SkipPrecisionArguments,)).parse_args_and_config()
+    main(parsed)
