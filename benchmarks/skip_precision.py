@@ -27,17 +27,21 @@ STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's his
 
 def tallying(trainer_cls):
     """``trainer_cls`` that counts, per half of the run, ``(history state at draw, next group informative)`` of every
-    group recorded in the skip history, in ``trainer.precision_tally``."""
+    whole group recorded in the skip history, in ``trainer.precision_tally`` (a prompt drawn twice in one batch, which
+    happens only across the end of a pass, counts its later outcome twice)."""
 
     class PrecisionTallied(trainer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.precision_tally = Counter()
+
         def _record_outcomes(self, pool):
             history, keys = self.prompt_skipper.history, list(pool.keys)
             kinds, streaks = history.kind[keys].clone(), history.streak[keys].clone()
             super()._record_outcomes(pool)
             half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
-            tally = self.__dict__.setdefault("precision_tally", Counter())
             for kind, streak, outcome in zip(kinds.tolist(), streaks.tolist(), history.kind[keys].tolist()):
-                tally[(half, STATES[0] if streak == 0 else STATES[1 + kind], outcome == 0)] += 1
+                self.precision_tally[(half, STATES[0] if streak == 0 else STATES[1 + kind], outcome == 0)] += 1
 
     PrecisionTallied.__name__ = trainer_cls.__name__
     return PrecisionTallied
@@ -90,10 +94,14 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
 def main(args: SkipPrecisionArguments) -> None:
     from tqdm.auto import tqdm
 
-    if "--skip_zero_std_prompts" not in ARMS.get(args.arm, []):
-        raise ValueError(f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py.")
+    arm_flags = ARMS.get(args.arm, [])
+    if "--skip_zero_std_prompts" not in arm_flags or "--dynamic_sampling_screen" in arm_flags:
+        raise ValueError(
+            f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py without screens (the tally "
+            "counts whole groups; a tied screen would be left out)."
+        )
     defaults = TimeToAccuracyArguments()
-    flags = [*ARMS[args.arm], *common_flags(defaults)]
+    flags = [*arm_flags, *common_flags(defaults)]
     jobs = [
         (args.arm, flags, defaults.learning_rate, seed, defaults.max_steps, f"/tmp/skip_precision/{args.arm}-{seed}")
         for seed in args.seeds

@@ -112,9 +112,20 @@ def eval_points(record: dict) -> list[tuple[int, float, float, float, float]]:
     return [(step, reward, tokens[step], wall[step], generation[step]) for step, reward in record["eval"]]
 
 
+def first_reaching(record: dict, target: float) -> tuple[int, float, float, float, float] | None:
+    """The ``eval_points`` entry of the first evaluation at or above ``target`` (None: never)."""
+    return next((point for point in eval_points(record) if point[1] >= target), None)
+
+
 def reached(record: dict, target: float) -> tuple[float, float, float] | None:
     """Tokens, wall seconds and generation seconds at the first evaluation at or above ``target`` (None: never)."""
-    return next(((t, w, g) for _, reward, t, w, g in eval_points(record) if reward >= target), None)
+    point = first_reaching(record, target)
+    return point[2:] if point else None
+
+
+def ratios_to_trl(ours: tuple | None, theirs: tuple) -> tuple[float, float]:
+    """Tokens and wall time to target over TRL's, from two ``reached`` results; inf where ours never reaches it."""
+    return (ours[0] / theirs[0], ours[1] / theirs[1]) if ours else (math.inf, math.inf)
 
 
 def final_reward(record: dict) -> float:
@@ -170,9 +181,8 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         hits = [point for point in hit.values() if point]
         costs = [point or (math.inf,) * 3 for point in hit.values()]  # a seed that never reaches it costs the most
         tokens, wall, generation = (median([point[i] for point in costs]) for i in range(3))
-        paired = [(hit[s] or (math.inf,) * 3, base[s]) for s in hit if base.get(s)]
-        token_ratio = median([ours[0] / theirs[0] for ours, theirs in paired])
-        wall_ratio = median([ours[1] / theirs[1] for ours, theirs in paired])
+        ratios = [ratios_to_trl(hit[s], base[s]) for s in hit if base.get(s)]
+        token_ratio, wall_ratio = (median([ratio[i] for ratio in ratios]) for i in range(2))
         half = len(runs[0]["reward"]) // 2
         wrong = statistics.fmean(statistics.fmean(r["all_wrong_group_frac"][half:]) for r in runs)
         right = statistics.fmean(statistics.fmean(r["all_right_group_frac"][half:]) for r in runs)
@@ -266,10 +276,8 @@ def foresight_bound(trl_runs: list[dict], target: dict[int, float], seeds: list[
     shares = {}
     for seed in seeds:
         record = by_seed.get(seed)
-        points = eval_points(record) if record else []
-        step = next((step for step, reward, *_ in points if reward >= target[seed]), None)
-        if step:
-            shares[seed] = statistics.fmean(record["frac_reward_zero_std"][:step])
+        if record and (point := first_reaching(record, target[seed])):
+            shares[seed] = statistics.fmean(record["frac_reward_zero_std"][: point[0]])
     bound = [1 - share for share in shares.values()]
     return [
         "What skipping zero-variance groups could save with perfect foresight: per seed, the share of TRL's groups up "
@@ -336,11 +344,11 @@ def plot_ratios(axis, records: list[dict], args: TimeToAccuracyArguments, target
     base = {r["seed"]: reached(r, target[r["seed"]]) for r in records if r["arm"] == "trl"}
     arms = [arm for arm in args.plot_arms if arm != "trl" and any(r["arm"] == arm for r in records)]
     for row, arm in enumerate(arms):
-        ratios = []
-        for r in records:
-            if r["arm"] == arm and (theirs := base.get(r["seed"])):
-                ours = reached(r, target[r["seed"]]) or (math.inf, math.inf)
-                ratios.append((ours[0] / theirs[0], ours[1] / theirs[1]))
+        ratios = [
+            ratios_to_trl(reached(r, target[r["seed"]]), base[r["seed"]])
+            for r in records
+            if r["arm"] == arm and base.get(r["seed"])
+        ]
         for offset, index, marker, label in ((-0.15, 0, "o", "tokens"), (0.15, 1, "x", "wall time")):
             values = [ratio[index] for ratio in ratios]
             shown = [value for value in values if math.isfinite(value)]
