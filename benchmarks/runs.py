@@ -101,14 +101,15 @@ def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ())
     ]  # fmt: skip
 
 
-def run_all(jobs: list[tuple], processes: int) -> list[dict]:
-    """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar."""
+def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
+    """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar, through
+    ``worker`` (a module-level function of one job; default ``run_one``)."""
     from tqdm.auto import tqdm
 
     for job in jobs:
         Path(job[-1]).parent.mkdir(parents=True, exist_ok=True)
     with multiprocessing.get_context("spawn").Pool(processes, maxtasksperchild=1) as pool:
-        return list(tqdm(pool.imap(run_one, jobs), total=len(jobs), desc="runs"))
+        return list(tqdm(pool.imap(worker or run_one, jobs), total=len(jobs), desc="runs"))
 
 
 def report(records: list[dict], args, summarise, plot) -> None:

@@ -14,12 +14,11 @@ the generated tokens of both are compared and the table says whether they agree.
 from __future__ import annotations
 
 import json
-import multiprocessing
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runs import timing_generation, train_job
+from runs import run_all, timing_generation, train_job
 from time_to_accuracy import ARMS, TimeToAccuracyArguments, common_flags
 
 STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
@@ -92,8 +91,6 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
 
 
 def main(args: SkipPrecisionArguments) -> None:
-    from tqdm.auto import tqdm
-
     arm_flags = ARMS.get(args.arm, [])
     if "--skip_zero_std_prompts" not in arm_flags or "--dynamic_sampling_screen" in arm_flags:
         raise ValueError(
@@ -106,8 +103,7 @@ def main(args: SkipPrecisionArguments) -> None:
         (args.arm, flags, defaults.learning_rate, seed, defaults.max_steps, f"/tmp/skip_precision/{args.arm}-{seed}")
         for seed in args.seeds
     ]
-    with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-        results = list(tqdm(pool.imap(tally_run, jobs), total=len(jobs), desc="runs"))
+    results = run_all(jobs, args.jobs, worker=tally_run)
     table = summarise(results, args)
     Path(args.table).write_text(table + "\n")
     print(table)
