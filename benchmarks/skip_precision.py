@@ -1,9 +1,11 @@
 """How well a prompt's skip history predicts its next group: the runs of a prompt-skipping arm of
 benchmarks/time_to_accuracy.py, re-run with every generated group tallied by its prompt's history when it was drawn
-(never drawn; last group informative; last group all-low / all-high) against whether the group was informative.
+against whether the group was informative. The streak predictor: never drawn; last group informative; last group
+all-low / all-high. The success-rate predictor (``skip_predictor="success_rate"``): the predicted probability that
+the group is informative, in bins of 0.2 (a calibrated predictor's bins hold about their own share).
 
     python benchmarks/skip_precision.py                              # skip-prior, seeds 3 and 6, 2 runs at a time
-    python benchmarks/skip_precision.py --arm skip --seeds 0 1 2 3
+    python benchmarks/skip_precision.py --arm skip-rate-prior-f02 --table docs/skip_precision_rate.md
 
 Prompt skipping draws a prompt whose last group was informative (or that was never drawn) always, and skips one
 whose last groups were zero-variance; it can only save tokens as far as that history tells the two apart. Each run
@@ -18,16 +20,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from runs import run_all, timing_generation, train_job
 from time_to_accuracy import ARMS, TimeToAccuracyArguments, common_flags
 
 STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
+BINS = ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1")  # the success-rate predictor's P(informative) when drawn
 
 
 def tallying(trainer_cls):
-    """``trainer_cls`` that counts, per half of the run, ``(history state at draw, next group informative)`` of every
-    whole group recorded in the skip history, in ``trainer.precision_tally`` (a prompt drawn twice in one batch, which
-    happens only across the end of a pass, counts its later outcome twice)."""
+    """``trainer_cls`` that counts, per half of the run, ``(history state or predicted bin at draw, next group
+    informative)`` of every whole group recorded in the skip history, in ``trainer.precision_tally`` (a prompt drawn
+    twice in one batch, which happens only across the end of a pass, counts its later outcome twice)."""
 
     class PrecisionTallied(trainer_cls):
         def __init__(self, *args, **kwargs):
@@ -35,12 +39,17 @@ def tallying(trainer_cls):
             self.precision_tally = Counter()
 
         def _record_outcomes(self, pool):
-            history, keys = self.prompt_skipper.history, list(pool.keys)
-            kinds, streaks = history.kind[keys].clone(), history.streak[keys].clone()
+            skipper, keys = self.prompt_skipper, list(pool.keys)
+            if skipper.rates is not None:
+                predicted = skipper.rates.informative_prob(torch.tensor(keys, dtype=torch.long))
+                states = [BINS[min(int(p * len(BINS)), len(BINS) - 1)] for p in predicted.tolist()]
+            else:
+                kinds, streaks = skipper.history.kind[keys].tolist(), skipper.history.streak[keys].tolist()
+                states = [STATES[0] if streak == 0 else STATES[1 + kind] for kind, streak in zip(kinds, streaks)]
             super()._record_outcomes(pool)
             half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
-            for kind, streak, outcome in zip(kinds.tolist(), streaks.tolist(), history.kind[keys].tolist()):
-                self.precision_tally[(half, STATES[0] if streak == 0 else STATES[1 + kind], outcome == 0)] += 1
+            for state, outcome in zip(states, skipper.history.kind[keys].tolist()):
+                self.precision_tally[(half, state, outcome == 0)] += 1
 
     PrecisionTallied.__name__ = trainer_cls.__name__
     return PrecisionTallied
@@ -65,12 +74,14 @@ class SkipPrecisionArguments:
 
 
 def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
+    states = BINS if "success_rate" in ARMS[args.arm] else STATES
+    what = "predicted probability of an informative group" if states == BINS else "skip history"
     lines = [
-        f"`{args.arm}`: each generated group by its prompt's skip history when drawn; the share of them that were "
+        f"`{args.arm}`: each generated group by its prompt's {what} when drawn; the share of them that were "
         "informative (groups).",
         "",
-        "| seed | half | " + " | ".join(STATES) + " | all | same run as the benchmark's |",
-        "|---" * (len(STATES) + 4) + "|",
+        "| seed | half | " + " | ".join(states) + " | all | same run as the benchmark's |",
+        "|---" * (len(states) + 4) + "|",
     ]
     for result in results:
         counts = Counter({(half, state, informative): n for half, state, informative, n in result["tally"]})
@@ -80,7 +91,7 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
             same = "yes" if json.loads(cached.read_text())["num_tokens"][-1] == result["tokens"] else "NO"
         for half in ("first half", "second half"):
             cells = []
-            for state in (*STATES, None):
+            for state in (*states, None):
                 hits = sum(
                     n for (h, s, informative), n in counts.items() if h == half and state in (s, None) and informative
                 )

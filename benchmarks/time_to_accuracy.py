@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                        # 15 arms x 10 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                        # 18 arms x 10 seeds, 300 steps each, 2 runs at a time
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -58,6 +58,10 @@ ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor 
 ARMS.update({f"{arm}-t0": [*ARMS[arm], *ZERO_TARGET] for arm in ("skip", "dynamic+skip", "skip-prior")})
 LOW_FLOOR = ["--skip_min_draw_prob", "0.02"]  # a prompt predicted zero-variance is drawn 1 time in 50, not 1 in 20
 ARMS["skip-prior-t0-f02"] = [*ARMS["skip-prior-t0"], *LOW_FLOOR]
+RATE = ["--skip_predictor", "success_rate"]  # a success rate per prompt instead of the zero-variance streak
+ARMS["skip-rate"] = [*ARMS["skip"], *RATE]
+ARMS["skip-rate-prior"] = [*ARMS["skip-prior"], *RATE]
+ARMS["skip-rate-prior-f02"] = [*ARMS["skip-rate-prior"], *LOW_FLOOR]
 ARMS["dynamic+skip-t0-8g"] = [*ARMS["dynamic+skip-t0"], *HALF_BATCH]
 ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size", "48"]  # 6 groups a step
 SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
@@ -74,13 +78,13 @@ class TimeToAccuracyArguments:
     arms: list[str] = field(
         default_factory=lambda: [
             "trl", "masking", "keep_failed", "dynamic", "skip", "skip-t0", "skip-band", "skip-prior", "skip-prior-t0",
-            "skip-prior-t0-f02", "dynamic+skip-8g", "dynamic-8g-screen4", "dynamic+skip-8g-screen4",
-            "dynamic+skip-prior-8g", "dynamic+skip-prior-8g-screen4",
+            "skip-prior-t0-f02", "skip-rate", "skip-rate-prior", "skip-rate-prior-f02", "dynamic+skip-8g",
+            "dynamic-8g-screen4", "dynamic+skip-8g-screen4", "dynamic+skip-prior-8g", "dynamic+skip-prior-8g-screen4",
         ],  # fmt: skip
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
-            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02)."
+            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
@@ -94,7 +98,7 @@ class TimeToAccuracyArguments:
     )
     plot_arms: list[str] = field(
         default_factory=lambda: [
-            "trl", "masking", "dynamic", "skip", "skip-prior", "skip-prior-t0-f02", "dynamic+skip-8g-screen4",
+            "trl", "masking", "dynamic", "skip", "skip-prior", "skip-rate-prior-f02", "dynamic+skip-8g-screen4",
             "dynamic+skip-prior-8g-screen4",
         ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},

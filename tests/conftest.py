@@ -51,7 +51,9 @@ def tiny_model_dir(tmp_path_factory):
 def vlm_chat_template(image_part: str) -> str:
     return (
         "{% for m in messages %}{% if m['content'] is string %}{{ m['content'] }}{% else %}"
-        "{% for p in m['content'] %}{% if p['type'] == 'image' %}" + image_part + "{% else %}{{ p['text'] }}{% endif %}"
+        "{% for p in m['content'] %}{% if p['type'] == 'image' %}"
+        + image_part
+        + "{% else %}{{ p['text'] }}{% endif %}"
         "{% endfor %}{% endif %}{% endfor %}"
     )
 
@@ -65,8 +67,13 @@ class TinyVLM:
 
 
 def tiny_llava(path: str) -> TinyVLM:
-    from transformers import CLIPImageProcessorPil, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
-    from transformers import LlavaProcessor, Qwen2Config
+    from transformers import (
+        CLIPImageProcessorPil,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     template = vlm_chat_template("<image>")
     tokenizer = build_tokenizer()
@@ -88,8 +95,7 @@ def tiny_llava(path: str) -> TinyVLM:
 
 
 def tiny_qwen2vl(path: str) -> TinyVLM:
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil
-    from transformers import Qwen2VLProcessor
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessorPil, Qwen2VLProcessor
     from transformers.processing_utils import ProcessorMixin
 
     class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
@@ -437,11 +443,10 @@ TOOL_SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call
 def tiny_tool_model_dir(tmp_path_factory):
     import string
 
+    from tiny_model import build_model
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from trl.chat_template_utils import qwen3_chat_template
-
-    from tiny_model import build_model
 
     vocab = {token: i for i, token in enumerate(["<pad>", *dict.fromkeys(string.printable)])}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))

@@ -263,7 +263,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "refill: outcomes never recorded",
         "_refill.py",
-        "        self.prompt_skipper.record(keys, outcomes)\n",
+        "        self.prompt_skipper.record(keys, outcomes, successes, rows)\n",
         "        pass\n",
     ),
     (
@@ -289,6 +289,33 @@ MUTATIONS = [  # (label, file, original, mutant)
         "sampling.py",
         "return min(math.ceil(missing / step) * step, waiting // step * step)",
         "return min(math.ceil(missing / step) * step, waiting)",
+    ),
+    (
+        "skipping: invalid rows counted in a group's successes",
+        "skipping.py",
+        "level.masked_fill(~valid, 0.0)",
+        "level.nan_to_num(0.0)",
+    ),
+    ("skipping: a prompt's earlier groups never fade", "skipping.py", "SUCCESS_DECAY = 0.5", "SUCCESS_DECAY = 1.0"),
+    (
+        "skipping: the success rate ignores its group's rate",
+        "skipping.py",
+        "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]",
+        "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots",
+    ),
+    (
+        "skipping: success-rate draws not relative to the best group",
+        "skipping.py",
+        "((self.informative_prob(slots) / best) ** DRAW_POWER)",
+        "(self.informative_prob(slots) ** DRAW_POWER)",
+    ),
+    ("skipping: an evicted slot keeps its success rate", "skipping.py", "self.rates.clear(taken)", "pass"),
+    ("skipping: success rates not restored", "skipping.py", 'self.rates.load_state_dict(state["rates"])', "pass"),
+    (
+        "refill: the success_rate predictor not passed to the skipper",
+        "_refill.py",
+        'rate_group_size = self.num_generations if self.masking.skip_predictor == "success_rate" else None',
+        "rate_group_size = None",
     ),
     (
         "monitor: stall needs one more step",

@@ -7,8 +7,8 @@ at step 3, in one of three modes, launched as a subprocess (``accelerate launch`
 
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
-the stream, the history is keyed by hashed prompts); ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash of every parameter's bytes and the
-logged metrics of each step (timings dropped).
+the stream, the history is keyed by hashed prompts); ``base`` TRL's GRPOTrainer (the control). Rank 0 writes
+``result.json``: a hash of every parameter's bytes and the logged metrics of each step (timings dropped).
 
 Usage: resume_worker.py MODEL_DIR RUN_DIR full|kill|resume ours|ours-streaming|base [KILLED_RUN_DIR]
 """

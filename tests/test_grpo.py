@@ -27,10 +27,9 @@ from conftest import (
     vlm_batch,
     vlm_trainer,
 )
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
-from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+from trl_zerostd import ZeroStdGRPOTrainer
 
 # ---------------------------------------------------------------------------------------------------------------
 # The KL leak
@@ -430,7 +429,7 @@ def test_image_inputs_masked_rows_are_not_forwarded(tiny_vlm, tmp_path):
         forwarded = []
         forward = trainer.model.forward
 
-        def counting_forward(*args, **kwargs):
+        def counting_forward(*args, forwarded=forwarded, forward=forward, **kwargs):
             forwarded.append((kwargs["input_ids"].shape[0], kwargs["pixel_values"].shape[0]))
             return forward(*args, **kwargs)
 

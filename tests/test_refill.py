@@ -249,6 +249,20 @@ def test_a_prompt_tied_before_is_skipped_and_its_history_says_why(make_trainer, 
     assert metrics["prompt_skip/explore_prob_all_low"][-1] == pytest.approx(0.5 + 0.01 * steps)
 
 
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_the_success_rate_skips_a_prompt_always_right_and_counts_every_row(make_trainer, kind):
+    """skip_predictor="success_rate": "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of
+    the groups it would get without skipping; the others' rates count 2 right of 4 per group, "1+1="'s 4 of 4."""
+    steps = 24
+    trainer = make_trainer(kind, prompts=DATA, skip_predictor="success_rate", **SKIP)
+    drawn = trained_groups(trainer, steps)
+    assert len(drawn) == 2 * steps and drawn.count("1+1=") < steps * 2 / 4 / 2
+    rates, metrics = trainer.prompt_skipper.rates, trainer._metrics["train"]
+    assert rates.successes[0] == rates.rows[0] > 0
+    torch.testing.assert_close(rates.successes[1:], rates.rows[1:] / 2)
+    assert "prompt_skip/explore_prob_all_low" not in metrics and len(metrics["prompt_skip/prompts_drawn"]) == steps
+
+
 def test_skipping_with_dynamic_sampling_generates_fewer_zero_variance_groups(make_trainer):
     """Same data, full informative batches trained, a smaller zero-variance share of the groups generated than under
     dynamic sampling alone (whose first round takes the dataloader's prompts: a seeded pass over DATA, as TRL's
@@ -274,9 +288,9 @@ def test_same_seed_same_skip_decisions(make_trainer):
     assert runs[0][1]["explore"] == runs[1][1]["explore"]
 
 
-@pytest.mark.parametrize("prior_key", [None, "prompt"])
-def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer, prior_key):
-    config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key}
+@pytest.mark.parametrize("prior_key, predictor", [(None, "streak"), ("prompt", "streak"), ("prompt", "success_rate")])
+def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer, prior_key, predictor):
+    config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key, "skip_predictor": predictor}
     trainer = make_trainer(prompts=DATA, save_strategy="steps", save_steps=3, **config)
     stub_generation(trainer, tied_or_informative)
     trainer.train()
@@ -290,7 +304,11 @@ def test_resume_restores_the_history_and_the_exploration_probabilities(make_trai
     assert torch.equal(resumed.prompt_skipper.history.kind, trainer.prompt_skipper.history.kind)
     assert resumed.prompt_skipper.explore == trainer.prompt_skipper.explore
     assert resumed.prompt_stream.state_dict() == trainer.prompt_stream.state_dict()
-    if prior_key is not None:
+    if predictor == "success_rate":
+        assert saved["rates"]["rows"].sum() > 0
+        for name, value in resumed.prompt_skipper.rates.state_dict().items():
+            assert torch.equal(value, trainer.prompt_skipper.rates.state_dict()[name]), name
+    elif prior_key is not None:
         assert saved["prior"]["counts"].sum() > 0
         assert torch.equal(resumed.prompt_skipper.prior.counts, trainer.prompt_skipper.prior.counts)
 
@@ -308,7 +326,14 @@ def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
 
 
 @pytest.mark.parametrize(
-    "setting, value", [("skip_min_draw_prob", 0.0), ("skip_min_draw_prob", 1.5), ("skip_target_zero_std_frac", -0.1)]
+    "setting, value",
+    [
+        ("skip_min_draw_prob", 0.0),
+        ("skip_min_draw_prob", 1.5),
+        ("skip_target_zero_std_frac", -0.1),
+        ("skip_predictor", "streaks"),
+        ("skip_predictor", "success_rate"),  # with skipping off
+    ],
 )
 def test_bad_skip_settings_are_named(tmp_path, setting, value):
     from trl_zerostd import ZeroStdGRPOConfig
@@ -415,18 +440,23 @@ def test_streaming_refills_take_the_rows_that_follow_in_the_stream(make_trainer,
     assert group_prompts(trainer, batch) == ["4+4=", "3+5="] and trainer.prompt_stream.state_dict()["position"] == 4
 
 
-def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer):
+@pytest.mark.parametrize("predictor", ["streak", "success_rate"])
+def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer, predictor):
     """Prompt skipping on a stream: outcomes are recorded under the hashed prompt, so a later draw of the same text
     (another pass, or a duplicate row) is skipped by them; nothing is indexed by row."""
     trainer = make_trainer(
-        prompts=DATA, streaming=True, shuffle_dataset=False, skip_zero_std_prompts=True, **DYNAMIC
-    )
+        prompts=DATA, streaming=True, shuffle_dataset=False, skip_zero_std_prompts=True, skip_predictor=predictor,
+        **DYNAMIC,
+    )  # fmt: skip
     train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)  # the stream's first prompt, "1+1=", is tied
     skipper = trainer.prompt_skipper
     assert skipper.hashed is not None and skipper.slots is None
     key = torch.tensor([history_key("1+1=")])
     assert bool(skipper.hashed.known(key)) and skipper.draw_prob(key).item() < 1.0
     assert skipper.history.kind[skipper.hashed.slots(key)].item() == int(Outcome.ALL_HIGH)
+    if predictor == "success_rate":
+        slot = skipper.hashed.slots(key)
+        assert skipper.rates.successes[slot].item() == skipper.rates.rows[slot].item() == 4.0
     assert trainer._metrics["train"]["prompt_skip/hash_evictions"][-1] == 0
 
 

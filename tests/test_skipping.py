@@ -1,4 +1,5 @@
-"""Tests of ``trl_zerostd/skipping.py``: outcomes per group, the per-prompt history, the exploration probabilities."""
+"""Tests of ``trl_zerostd/skipping.py``: outcomes per group, the per-prompt history, the exploration probabilities,
+the success-rate predictor."""
 
 import pytest
 import torch
@@ -7,13 +8,18 @@ from trl_zerostd.sampling import PromptStream
 from trl_zerostd.skipping import (
     MAX_STREAK,
     PRIOR_DECAY,
+    RATE_PRIOR_ROWS,
     SHARE_DECAY,
+    SUCCESS_DECAY,
     ExploreProbs,
     Outcome,
     PromptHistory,
     PromptSkipper,
+    SuccessRates,
     group_outcomes,
+    group_successes,
     history_key,
+    informative_prob,
 )
 
 LOW, HIGH, INFO = int(Outcome.ALL_LOW), int(Outcome.ALL_HIGH), int(Outcome.INFORMATIVE)
@@ -170,7 +176,7 @@ def settled_share(groups: int, target: float, share_decay: float, batches: int =
     generator = torch.Generator().manual_seed(0)
     probs = ExploreProbs(target=target, min_draw_prob=0.05, share_decay=share_decay)
     shares = []
-    for batch in range(batches):
+    for _ in range(batches):
         weights = torch.tensor([0.2, 0.4 * probs.all_low, 0.4 * probs.all_high])
         outcomes = torch.multinomial(weights / weights.sum(), groups, replacement=True, generator=generator)
         probs.adapt(outcomes)
@@ -181,11 +187,96 @@ def settled_share(groups: int, target: float, share_decay: float, batches: int =
 @pytest.mark.parametrize("groups", [4, 8])
 def test_the_controller_reaches_its_target_with_small_batches(groups):
     """Steered by one batch's share (0 or at least 1/groups), p drifts: the share settles well above a target of
-    0.25, and above the lowest reachable at target 0. Steered by the decayed share (the default) it settles at the target,
-    and at target 0 both p reach the floor (the lowest share this population allows is 0.167)."""
+    0.25, and above the lowest reachable at target 0. Steered by the decayed share (the default) it settles at the
+    target, and at target 0 both p reach the floor (the lowest share this population allows is 0.167)."""
     decayed, _ = settled_share(groups, 0.25, SHARE_DECAY)
     one_batch, _ = settled_share(groups, 0.25, 0.0)
     assert abs(decayed - 0.25) < 0.035 and one_batch > 0.3
     lowest, floor = settled_share(groups, 0.0, SHARE_DECAY)
     drifted, _ = settled_share(groups, 0.0, 0.0)
     assert floor.all_low == floor.all_high == 0.05 and lowest < 0.18 and drifted > lowest + 0.02
+
+
+# -- the success-rate predictor --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("a, b", [(1.0, 1.0), (0.3, 2.5), (4.0, 0.6), (12.0, 12.0)])
+def test_informative_prob_is_the_beta_binomials(a, b):
+    """Against the mean of 1 - q**8 - (1-q)**8 over 2M draws of q ~ Beta(a, b) (standard error below 4e-4)."""
+    torch.manual_seed(0)
+    q = torch.distributions.Beta(torch.tensor(a, dtype=torch.float64), torch.tensor(b)).sample((2_000_000,))
+    expected = (1 - q**8 - (1 - q) ** 8).mean()
+    got = informative_prob(torch.tensor([a]), torch.tensor([b]), 8)
+    torch.testing.assert_close(got, expected.view(1), atol=2e-3, rtol=0)
+
+
+def test_informative_prob_of_a_known_rate_is_the_binomials():
+    """A rate known to be 0.5 (Beta with a huge weight): 1 - 2 * 0.5**8; one known to be 0.9: 1 - 0.9**8 - 0.1**8."""
+    got = informative_prob(torch.tensor([1e7, 9e7]), torch.tensor([1e7, 1e7]), 8)
+    torch.testing.assert_close(got, torch.tensor([1 - 2 * 0.5**8, 1 - 0.9**8 - 0.1**8], dtype=torch.float64))
+
+
+def test_group_successes_rescale_rewards_and_leave_invalid_rows_out():
+    rewards = torch.tensor([0.0, 1.0, 1.0, 1.0, 2.0, 0.5, float("nan"), 2.0])
+    valid = torch.tensor([True, True, True, False, True, True, True, True])
+    successes, rows = group_successes(rewards, valid, 4, (0.0, 2.0))
+    assert successes.tolist() == [1.0, 1.0 + 0.25 + 1.0] and rows.tolist() == [3.0, 3.0]
+    empty_range, _ = group_successes(rewards, valid, 4, (1.0, 1.0))
+    assert empty_range.tolist() == [0.0, 0.0]
+
+
+def test_success_rates_rank_a_half_solved_prompt_above_a_nearly_solved_and_a_never_solved_one():
+    """Slots 0, 1, 2 got 4, 7 and 0 right of 8; slot 3 was never drawn. The streak predictor sees slots 0 and 1 alike
+    (informative); the success rate draws slot 0 always, slot 1 less than a never-drawn prompt, slot 2 least."""
+    rates = SuccessRates.new(8, 4)
+    rates.record(torch.tensor([0, 1, 2]), torch.tensor([4.0, 7.0, 0.0], dtype=torch.float64), torch.full((3,), 8.0))
+    informative = rates.informative_prob(torch.arange(4))
+    assert informative[0] > informative[3] > informative[1] > informative[2]
+    probs = rates.draw_prob(torch.arange(4), min_draw_prob=0.05)
+    assert probs[0] == probs[3] == 1.0 and 0.05 < probs[2] < probs[1] < 1.0
+    group_rate = 11 / 24
+    torch.testing.assert_close(rates.group_rates(), torch.tensor([group_rate], dtype=torch.float64))
+    prior = RATE_PRIOR_ROWS * group_rate
+    expected = informative_prob(torch.tensor([prior + 7]), torch.tensor([RATE_PRIOR_ROWS - prior + 1]), 8)
+    torch.testing.assert_close(informative[1:2], expected)
+
+
+def test_a_new_group_halves_the_weight_of_a_prompts_earlier_ones():
+    rates = SuccessRates.new(8, 2)
+    for successes in (8.0, 8.0, 0.0):
+        rates.record(torch.tensor([0]), torch.tensor([successes], dtype=torch.float64), torch.tensor([8.0]))
+    assert rates.successes[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY
+    assert rates.rows[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY + 8
+    rates.record(torch.tensor([1, 0]), torch.tensor([3.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 0.0]))
+    assert rates.rows[1].item() == 0.0 and rates.rows[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY + 8
+
+
+def test_a_never_drawn_prompt_is_drawn_by_its_groups_rate_relative_to_the_best():
+    """Groups "a" (every row right), "b" (half right), "c" (none yet): a never-drawn prompt of "b" is drawn always,
+    of "a" at the floor, of "c" (rate 0.5 before any row) always; the groups' counts decay per batch."""
+    rates = SuccessRates.new(8, 6, ["a", "a", "b", "b", "c", "c"])
+    rates.record(torch.tensor([0, 2]), torch.tensor([8.0, 4.0], dtype=torch.float64), torch.tensor([8.0, 8.0]))
+    probs = rates.draw_prob(torch.tensor([1, 3, 5]), min_draw_prob=0.05)
+    assert probs.tolist() == [0.05, 1.0, 1.0]
+    rates.record(torch.tensor([2]), torch.tensor([0.0], dtype=torch.float64), torch.tensor([8.0]))
+    expected = [8 * PRIOR_DECAY, 8 * PRIOR_DECAY, 4 * PRIOR_DECAY, 8 * PRIOR_DECAY + 8, 0.0, 0.0]
+    assert rates.group_counts.view(-1).tolist() == pytest.approx(expected)
+
+
+def test_skipper_success_rates_are_checkpointed_cleared_on_eviction_and_a_mismatch_is_refused():
+    skipper = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8, success_rate_group_size=4)
+    skipper.record([3], torch.tensor([HIGH]), torch.tensor([4.0], dtype=torch.float64), torch.tensor([4.0]))
+    assert skipper.draw_prob(torch.tensor([3])).item() < 1.0 and skipper.rates.rows[3].item() == 4.0
+    restored = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8, success_rate_group_size=4)
+    restored.load_state_dict(skipper.state_dict())
+    assert torch.equal(restored.draw_prob(torch.tensor([3])), skipper.draw_prob(torch.tensor([3])))
+    colliding = 3 + 8  # same slot, another prompt: it takes the slot over with a clean rate
+    skipper.record([colliding], torch.tensor([INFO]), torch.tensor([2.0], dtype=torch.float64), torch.tensor([4.0]))
+    assert skipper.rates.successes[3].item() == 2.0 and skipper.rates.rows[3].item() == 4.0
+    with pytest.raises(ValueError, match="needs each group's successes"):
+        skipper.record([3], torch.tensor([LOW]))
+    streak = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
+    with pytest.raises(ValueError, match="success rates do not match"):
+        streak.load_state_dict(skipper.state_dict())
+    with pytest.raises(ValueError, match="success rates do not match"):
+        restored.load_state_dict(streak.state_dict())

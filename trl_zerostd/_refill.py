@@ -45,7 +45,7 @@ from .sampling import (
     screen_prompts,
     splittable,
 )
-from .skipping import Outcome, PromptSkipper, group_outcomes, history_key
+from .skipping import Outcome, PromptSkipper, group_outcomes, group_successes, history_key
 
 logger = logging.getLogger("trl_zerostd")
 RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized by looks back ~10 batches
@@ -149,6 +149,7 @@ class DynamicSamplingMixin:
             return
         dataset, key, skipping = self.train_dataset, self.masking.skip_history_key, self.masking.skip_zero_std_prompts
         prior_key = self.masking.skip_prior_key
+        rate_group_size = self.num_generations if self.masking.skip_predictor == "success_rate" else None
         if isinstance(dataset, IterableDataset):
             if prior_key is not None:
                 raise ValueError(
@@ -159,14 +160,18 @@ class DynamicSamplingMixin:
             self.prompt_stream = self._row_stream(dataset, (key or "prompt") if skipping else None)
             if skipping:
                 self.prompt_skipper = PromptSkipper.streaming(
-                    self.masking.skip_target_zero_std_frac, self.masking.skip_min_draw_prob
+                    self.masking.skip_target_zero_std_frac,
+                    self.masking.skip_min_draw_prob,
+                    success_rate_group_size=rate_group_size,
                 )
             return
         self.prompt_stream = PromptStream(len(dataset), self.args.seed)
         if not skipping:
             return
-        if getattr(self, "environment_factories", None) and dataset.column_names == ["prompt"] and all(
-            prompt == ENVIRONMENT_PLACEHOLDER for prompt in dataset["prompt"]
+        if (
+            getattr(self, "environment_factories", None)
+            and dataset.column_names == ["prompt"]
+            and all(prompt == ENVIRONMENT_PLACEHOLDER for prompt in dataset["prompt"])
         ):
             raise ValueError(
                 "skip_zero_std_prompts needs a train_dataset that names its prompts: with none, the environment's "
@@ -184,10 +189,11 @@ class DynamicSamplingMixin:
             self.masking.skip_min_draw_prob,
             keys=None if key is None else [repr(value) for value in dataset[key]],
             prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
+            success_rate_group_size=rate_group_size,
         )
 
     def _row_stream(self, dataset: IterableDataset, key_column: str | None) -> RowStream:
-        """A seeded stream over a streaming train_dataset: shuffled (buffered) as TRL shuffles it, with another seed."""
+        """A seeded stream over a streaming train_dataset, shuffled (buffered) as TRL shuffles it, another seed."""
         if self.shuffle_dataset:
             dataset = dataset.shuffle(seed=self.args.seed + STREAM_SEED_OFFSET)
 
@@ -296,7 +302,8 @@ class DynamicSamplingMixin:
                 plan.append(("screen", *self._stream_prompts(pool, prompts)))
             plan = [(kind, rows, keys) for kind, rows, keys in plan if rows]
             per_prompt = {"rest": G - screen, "whole": G, "screen": screen}
-            parts = self._generate_round([self._local_rows(rows, per_prompt[kind]) for kind, rows, _ in plan], generate)
+            local_parts = [self._local_rows(rows, per_prompt[kind]) for kind, rows, _ in plan]
+            parts = self._generate_round(local_parts, generate)
             for (kind, rows, keys), part in zip(plan, parts, strict=True):
                 if kind == "rest":
                     rest = G - screen
@@ -341,7 +348,7 @@ class DynamicSamplingMixin:
         return rows, keys
 
     def _local_rows(self, rows: list[dict], per_prompt: int) -> list[dict]:
-        """This rank's rows of ``per_prompt`` copies of each of ``rows`` (the gathered rows split evenly over ranks)."""
+        """This rank's rows of ``per_prompt`` copies of each of ``rows`` (gathered rows split evenly over ranks)."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         repeated = [dict(row) for row in rows for _ in range(per_prompt)]
         return repeated[rank_rows(len(repeated), world, rank)]
@@ -384,21 +391,28 @@ class DynamicSamplingMixin:
         task_rewards = [self._task_rewards(part.rewards_per_func) for part, _, _ in parts]
         valid = [part.valid() for part, _, _ in parts]
         reward_range = core.widen_reward_range(self.reward_range, torch.cat(task_rewards), torch.cat(valid)) or (0, 0)
-        keys, outcomes, atol = [], [], self.masking.zero_std_atol
+        keys, outcomes, successes, rows, atol = [], [], [], [], self.masking.zero_std_atol
         for (_, group_size, part_keys), rewards, rows_valid in zip(parts, task_rewards, valid, strict=True):
             outcomes.append(group_outcomes(rewards, rows_valid, group_size, atol, reward_range))
+            part_successes, part_rows = group_successes(rewards, rows_valid, group_size, reward_range)
+            successes.append(part_successes)
+            rows.append(part_rows)
             keys += part_keys
         keys += pool.unfinished_keys
-        outcomes.append(torch.full((len(pool.unfinished_keys),), int(Outcome.INFORMATIVE), dtype=torch.long))
+        unfinished = len(pool.unfinished_keys)  # an unfinished screen's rows are not kept: no success counted
+        outcomes.append(torch.full((unfinished,), int(Outcome.INFORMATIVE), dtype=torch.long))
         outcomes = torch.cat(outcomes)
-        self.prompt_skipper.record(keys, outcomes)
+        successes = torch.cat([*successes, torch.zeros(unfinished, dtype=torch.float64)])
+        rows = torch.cat([*rows, torch.zeros(unfinished, dtype=torch.float64)])
+        pass
         drawn = len(keys) + pool.skipped
         metrics, explore = self._metrics["train"], self.prompt_skipper.explore
         metrics["prompt_skip/prompts_drawn"].append(drawn)
         metrics["prompt_skip/skipped_frac"].append(pool.skipped / drawn)
         metrics["prompt_skip/zero_std_group_frac"].append((outcomes != Outcome.INFORMATIVE).float().mean().item())
-        metrics["prompt_skip/explore_prob_all_low"].append(explore.all_low)
-        metrics["prompt_skip/explore_prob_all_high"].append(explore.all_high)
+        if self.prompt_skipper.rates is None:
+            metrics["prompt_skip/explore_prob_all_low"].append(explore.all_low)
+            metrics["prompt_skip/explore_prob_all_high"].append(explore.all_high)
         if self.prompt_skipper.hashed is not None:
             metrics["prompt_skip/hash_evictions"].append(self.prompt_skipper.hashed.evictions)
 

@@ -92,6 +92,17 @@ class ZeroStdArguments:
             "dynamic_sampling."
         },
     )
+    skip_predictor: Literal["streak", "success_rate"] = field(
+        default="streak",
+        metadata={
+            "help": "Prompt skipping: how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
+            "zero-variance groups of one kind in a row (GRESO). 'success_rate': a success rate per prompt over its "
+            "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
+            "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
+            "the prompt is drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
+            "skip_min_draw_prob; skip_target_zero_std_frac is not used."
+        },
+    )
     skip_target_zero_std_frac: float = field(
         default=0.25,
         metadata={"help": "Share of zero-variance groups among those generated that the exploration p aims at."},
@@ -166,6 +177,13 @@ def validate_settings(settings: ZeroStdArguments) -> None:
     if settings.dynamic_sampling_on_cap not in ("mask", "error"):
         raise ValueError(
             f"dynamic_sampling_on_cap must be 'mask' or 'error', got {settings.dynamic_sampling_on_cap!r}."
+        )
+    if settings.skip_predictor not in ("streak", "success_rate"):
+        raise ValueError(f"skip_predictor must be 'streak' or 'success_rate', got {settings.skip_predictor!r}.")
+    if settings.skip_predictor != "streak" and not settings.skip_zero_std_prompts:
+        raise ValueError(
+            f"skip_predictor={settings.skip_predictor!r} sets the predictor of prompt skipping, which is off: set "
+            "skip_zero_std_prompts=True, or leave skip_predictor unset."
         )
     if not 0 <= settings.skip_target_zero_std_frac <= 1:
         raise ValueError(

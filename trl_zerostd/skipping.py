@@ -1,6 +1,10 @@
-"""Prompt skipping, the pure part: a per-prompt record of zero-variance outcomes, and the probability of drawing a
-prompt again, which shrinks with each zero-variance outcome in a row (in the spirit of GRESO, arXiv 2506.02177);
-optionally, for prompts never drawn, a prior from the prompts of their group (a difficulty label, a source).
+"""Prompt skipping, the pure part: the probability of drawing a prompt, from its earlier groups. Two predictors:
+
+- ``"streak"``: a per-prompt record of zero-variance outcomes; the probability shrinks with each zero-variance outcome
+  in a row (in the spirit of GRESO, arXiv 2506.02177); optionally, for prompts never drawn, a prior from the prompts
+  of their group (a difficulty label, a source).
+- ``"success_rate"``: a per-prompt success rate over its recent groups, Beta-distributed around its group's rate;
+  the probability follows the chance that the prompt's next group is informative (beta-binomial).
 
 No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
 prompt (``history_key``); ``G = num_generations``.
@@ -24,6 +28,10 @@ SHARE_DECAY = 0.9  # p is steered by each kind's share over about the last 10 ge
 PRIOR_DECAY = 0.9  # per generation batch: a group's informative rate looks back ~10 batches
 PRIOR_MIN_OUTCOMES = 4.0  # decayed outcomes of a group before its rate is trusted (its prompts are drawn till then)
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
+SUCCESS_DECAY = 0.5  # success_rate: each new group of a prompt halves the weight of its earlier ones
+RATE_PRIOR_ROWS = 4.0  # success_rate: the group's rate weighs as much as this many rows of the prompt's own
+RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
+DRAW_POWER = 2.0  # success_rate: draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 
 
 class Outcome(IntEnum):
@@ -54,6 +62,30 @@ def group_outcomes(
     nearer_high = (level - low) > (high - level)  # NaN compares False
     kinds = torch.where(nearer_high, int(Outcome.ALL_HIGH), int(Outcome.ALL_LOW))
     return torch.where(zero_std, kinds, int(Outcome.INFORMATIVE)).cpu()
+
+
+def group_successes(
+    rewards: torch.Tensor, valid_rows: torch.Tensor, num_generations: int, reward_range: tuple[float, float]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N // G,)`` float64 successes and valid rows of each group. A valid row's task reward rescaled to [0, 1] over
+    ``reward_range`` counts as that much of a success (binary verifier: 1 right, 0 wrong); with an empty range
+    (``high <= low``) every row counts as a failure, as ``group_outcomes`` counts a tie as all-low."""
+    low, high = reward_range
+    valid = valid_rows & ~torch.isnan(rewards)
+    level = ((rewards - low) / (high - low)).clamp(0, 1) if high > low else torch.zeros_like(rewards)
+    successes = grouped(level.masked_fill(~valid, 0.0), num_generations).sum(dim=1)
+    return successes.double().cpu(), grouped(valid, num_generations).sum(dim=1).double().cpu()
+
+
+def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``(k,)`` probability that a group of ``group_size`` rows is informative (not all successes, not all failures)
+    when each row succeeds with a rate ``q ~ Beta(successes, failures)`` (both > 0): the beta-binomial's
+    ``1 - E[q ** G] - E[(1 - q) ** G]``."""
+    a, b = successes.double(), failures.double()
+    log_total = torch.lgamma(a + b) - torch.lgamma(a + b + group_size)
+    all_successes = torch.exp(torch.lgamma(a + group_size) - torch.lgamma(a) + log_total)
+    all_failures = torch.exp(torch.lgamma(b + group_size) - torch.lgamma(b) + log_total)
+    return (1 - all_successes - all_failures).clamp(min=0)
 
 
 @dataclass
@@ -170,6 +202,74 @@ class GroupPrior:
         return {"counts": self.counts}
 
 
+@dataclass
+class SuccessRates:
+    """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
+    of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
+    value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``). A prompt's
+    success rate is ``Beta``: its group's rate weighing ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with
+    probability ``(P(informative) / P_best) ** DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never
+    below ``min_draw_prob``. Unlike the streak it tells 4 right of 8 from 7 of 8, and it needs no target share.
+    8 bytes a slot."""
+
+    group_size: int
+    successes: torch.Tensor  # (num_slots,) float32
+    rows: torch.Tensor  # (num_slots,) float32
+    groups: torch.Tensor  # (num_slots,) long
+    group_counts: torch.Tensor  # (num_groups, 2) float64: decayed successes and valid rows
+
+    @classmethod
+    def new(cls, group_size: int, num_slots: int, group_values: list | None = None) -> SuccessRates:
+        """``group_values``: one hashable value per slot (None: one group)."""
+        if group_values is None:
+            groups, num_groups = torch.zeros(num_slots, dtype=torch.long), 1
+        else:
+            groups, num_groups = dense_ids(group_values)
+        counts = torch.zeros(num_slots, dtype=torch.float32)
+        return cls(group_size, counts, counts.clone(), groups, torch.zeros(num_groups, 2, dtype=torch.float64))
+
+    def record(self, slots: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+        """One generation batch's groups, in draw order (a slot drawn twice counts twice); a group with no valid row
+        changes nothing."""
+        self.group_counts *= PRIOR_DECAY
+        counted = rows > 0
+        slots, successes, rows = slots[counted], successes[counted], rows[counted]
+        for slot, success, row_count in zip(slots.tolist(), successes.tolist(), rows.tolist(), strict=True):
+            self.successes[slot] = SUCCESS_DECAY * self.successes[slot] + success
+            self.rows[slot] = SUCCESS_DECAY * self.rows[slot] + row_count
+        self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
+
+    def group_rates(self) -> torch.Tensor:
+        """``(num_groups,)`` each group's success rate (0.5 before its first valid row), in ``[RATE_CLAMP, 1 -
+        RATE_CLAMP]``."""
+        successes, rows = self.group_counts.unbind(1)
+        rates = torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)
+        return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
+
+    def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
+        """``(k,)`` predicted probability that the next group of each slot's prompt is informative."""
+        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
+        successes, rows = self.successes[slots].double(), self.rows[slots].double()
+        failures = (rows - successes).clamp(min=0)
+        return informative_prob(prior + successes, RATE_PRIOR_ROWS - prior + failures, self.group_size)
+
+    def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
+        """``(k,)`` probability of drawing each slot's prompt."""
+        rates = self.group_rates()
+        best = informative_prob(RATE_PRIOR_ROWS * rates, RATE_PRIOR_ROWS * (1 - rates), self.group_size).max()
+        return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)
+
+    def clear(self, slots: torch.Tensor) -> None:
+        self.successes[slots], self.rows[slots] = 0.0, 0.0
+
+    def state_dict(self) -> dict:
+        return {"successes": self.successes, "rows": self.rows, "group_counts": self.group_counts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.successes, self.rows = state["successes"].float(), state["rows"].float()
+        self.group_counts = state["group_counts"].double()
+
+
 def history_key(value) -> int:
     """A nonzero 63-bit key of a prompt (or any JSON value), the same in every process and run."""
     try:
@@ -201,24 +301,29 @@ class HashedSlots:
     def known(self, keys: torch.Tensor) -> torch.Tensor:
         return self.keys[self.slots(keys)] == keys
 
-    def claim(self, keys: torch.Tensor, history: PromptHistory) -> None:
-        """Give each key its slot, clearing the history of a slot that another key held."""
+    def claim(self, keys: torch.Tensor) -> torch.Tensor:
+        """Give each key its slot; return the slots that another key held (their histories are to be cleared)."""
+        taken = []
         for key, slot in zip(keys.tolist(), self.slots(keys).tolist(), strict=True):
             held = int(self.keys[slot])
             if held != key:
                 self.evictions += held != 0
                 self.keys[slot] = key
-                history.kind[slot], history.streak[slot] = 0, 0
+                taken.append(slot)
+        return torch.tensor(taken, dtype=torch.long)
 
 
 @dataclass
 class PromptSkipper:
-    """The skip state of a run: the outcome histories and the exploration probabilities (checkpointed together).
+    """The skip state of a run: the outcome histories, the exploration probabilities, and the predictor's own state
+    (checkpointed together).
 
     Prompts are named by keys. Map-style data: dataset row indices; ``slots`` ``(num_rows,)`` maps each row to its
     history (None: one history per row), and rows that share a key (a difficulty label, or the prompt text) share a
     slot, so the outcomes of some predict the skip of the others. Streaming data: hashed keys in ``hashed`` slots.
-    With a ``prior``, a prompt whose slot was never drawn is drawn as its group's informative rate says.
+    The ``"streak"`` predictor draws by the outcome history and ``explore``; with a ``prior``, a prompt whose slot was
+    never drawn is drawn as its group's informative rate says. The ``"success_rate"`` predictor (``rates``) draws by
+    each slot's success rate; the outcome history is kept alongside, for the metrics.
     """
 
     history: PromptHistory
@@ -226,6 +331,7 @@ class PromptSkipper:
     slots: torch.Tensor | None = None
     hashed: HashedSlots | None = field(default=None)
     prior: GroupPrior | None = None
+    rates: SuccessRates | None = None
 
     @classmethod
     def new(
@@ -235,24 +341,36 @@ class PromptSkipper:
         min_draw_prob: float,
         keys: list | None = None,
         prior_groups: list | None = None,
+        success_rate_group_size: int | None = None,
     ) -> PromptSkipper:
         """``keys``: one hashable value per dataset row; rows with equal keys share a history. ``prior_groups``: one
-        hashable value per dataset row (one history per row only); rows with equal values form a prior's group."""
-        if prior_groups is not None:
-            if keys is not None:
-                raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
-            prior = GroupPrior.new(prior_groups)
-            return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob), prior=prior)
-        if keys is None:
-            return cls(PromptHistory.empty(num_rows), ExploreProbs(target, min_draw_prob))
-        slots, num_slots = dense_ids(keys)
-        return cls(PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob), slots)
+        hashable value per dataset row (one history per row only); rows with equal values form a prior's group.
+        ``success_rate_group_size``: the rows of a group (``num_generations``) for the ``"success_rate"`` predictor;
+        None: the ``"streak"`` predictor."""
+        if prior_groups is not None and keys is not None:
+            raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
+        slots, num_slots = (None, num_rows) if keys is None else dense_ids(keys)
+        skipper = cls(PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob), slots)
+        if success_rate_group_size is not None:
+            skipper.rates = SuccessRates.new(success_rate_group_size, num_slots, prior_groups)
+        elif prior_groups is not None:
+            skipper.prior = GroupPrior.new(prior_groups)
+        return skipper
 
     @classmethod
-    def streaming(cls, target: float, min_draw_prob: float, num_slots: int = HASHED_SLOTS) -> PromptSkipper:
+    def streaming(
+        cls,
+        target: float,
+        min_draw_prob: float,
+        num_slots: int = HASHED_SLOTS,
+        success_rate_group_size: int | None = None,
+    ) -> PromptSkipper:
         """Histories of prompts named by ``history_key``: ``num_slots`` slots, whatever the length of the stream."""
         history, explore = PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob)
-        return cls(history, explore, hashed=HashedSlots.empty(num_slots))
+        skipper = cls(history, explore, hashed=HashedSlots.empty(num_slots))
+        if success_rate_group_size is not None:
+            skipper.rates = SuccessRates.new(success_rate_group_size, num_slots)
+        return skipper
 
     def _slots(self, keys: torch.Tensor) -> torch.Tensor:
         if self.hashed is not None:
@@ -261,21 +379,38 @@ class PromptSkipper:
 
     def draw_prob(self, keys: torch.Tensor) -> torch.Tensor:
         slots = self._slots(keys)
-        probs = self.explore.draw_prob(self.history, slots)
-        if self.prior is not None:
-            never_drawn = self.history.streak[slots] == 0
-            probs = torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)
+        if self.rates is not None:
+            probs = self.rates.draw_prob(slots, self.explore.min_draw_prob)
+        else:
+            probs = self.explore.draw_prob(self.history, slots)
+            if self.prior is not None:
+                never_drawn = self.history.streak[slots] == 0
+                probs = torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
-    def record(self, keys: list[int], outcomes: torch.Tensor) -> None:
-        """The outcomes of every group one generation batch generated, in draw order; then one step of ``p``."""
+    def record(
+        self,
+        keys: list[int],
+        outcomes: torch.Tensor,
+        successes: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
+    ) -> None:
+        """The outcomes of every group one generation batch generated, in draw order (with the ``"success_rate"``
+        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``); then one step of ``p``."""
         keys = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
-            self.hashed.claim(keys, self.history)
+            taken = self.hashed.claim(keys)
+            self.history.kind[taken], self.history.streak[taken] = 0, 0
+            if self.rates is not None:
+                self.rates.clear(taken)
         slots = self._slots(keys)
         self.history.record(slots.tolist(), outcomes)
         if self.prior is not None:
             self.prior.record(slots, outcomes)
+        if self.rates is not None:
+            if successes is None or rows is None:
+                raise ValueError("The success_rate predictor needs each group's successes and rows with its outcome.")
+            self.rates.record(slots, successes, rows)
         self.explore.adapt(outcomes)
 
     def state_dict(self) -> dict:
@@ -284,6 +419,8 @@ class PromptSkipper:
             state["hashed"] = {"keys": self.hashed.keys, "evictions": self.hashed.evictions}
         if self.prior is not None:
             state["prior"] = self.prior.state_dict()
+        if self.rates is not None:
+            state["rates"] = self.rates.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -300,9 +437,18 @@ class PromptSkipper:
                 "The checkpoint's prompt-skip prior does not match this run's: skip_prior_key, or the number of its "
                 "values in the train_dataset, differs from the checkpointed run's."
             )
+        if (self.rates is None) != ("rates" not in state) or (
+            self.rates is not None and state["rates"]["group_counts"].shape != self.rates.group_counts.shape
+        ):
+            raise ValueError(
+                "The checkpoint's prompt-skip success rates do not match this run's: skip_predictor, skip_prior_key, "
+                "or the number of its values in the train_dataset, differs from the checkpointed run's."
+            )
         self.history.load_state_dict(state["history"])
         self.explore.load_state_dict(state["explore"])
         if self.prior is not None:
             self.prior.counts = state["prior"]["counts"].to(torch.float64)
+        if self.rates is not None:
+            self.rates.load_state_dict(state["rates"])
         if self.hashed is not None:
             self.hashed = HashedSlots(state["hashed"]["keys"].to(torch.long), state["hashed"]["evictions"])
