@@ -10,7 +10,6 @@ from trl_zerostd.skipping import (
     PRIOR_DECAY,
     RATE_PRIOR_ROWS,
     SHARE_DECAY,
-    SUCCESS_DECAY,
     ExploreProbs,
     Outcome,
     PromptHistory,
@@ -245,10 +244,10 @@ def test_a_new_group_halves_the_weight_of_a_prompts_earlier_ones():
     rates = SuccessRates.new(8, 2)
     for successes in (8.0, 8.0, 0.0):
         rates.record(torch.tensor([0]), torch.tensor([successes], dtype=torch.float64), torch.tensor([8.0]))
-    assert rates.successes[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY
-    assert rates.rows[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY + 8
+    assert rates.successes[0].item() == (8 / 2 + 8) / 2 == 6.0  # the documented halving, not SUCCESS_DECAY's value
+    assert rates.rows[0].item() == (8 / 2 + 8) / 2 + 8 == 14.0
     rates.record(torch.tensor([1, 0]), torch.tensor([3.0, 0.0], dtype=torch.float64), torch.tensor([0.0, 0.0]))
-    assert rates.rows[1].item() == 0.0 and rates.rows[0].item() == (8 * SUCCESS_DECAY + 8) * SUCCESS_DECAY + 8
+    assert rates.rows[1].item() == 0.0 and rates.rows[0].item() == 14.0  # no valid row: nothing changes
 
 
 def test_a_never_drawn_prompt_is_drawn_by_its_groups_rate_relative_to_the_best():

@@ -404,7 +404,7 @@ class DynamicSamplingMixin:
         outcomes = torch.cat(outcomes)
         successes = torch.cat([*successes, torch.zeros(unfinished, dtype=torch.float64)])
         rows = torch.cat([*rows, torch.zeros(unfinished, dtype=torch.float64)])
-        pass
+        self.prompt_skipper.record(keys, outcomes, successes, rows)
         drawn = len(keys) + pool.skipped
         metrics, explore = self._metrics["train"], self.prompt_skipper.explore
         metrics["prompt_skip/prompts_drawn"].append(drawn)
