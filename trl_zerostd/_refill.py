@@ -193,7 +193,7 @@ class DynamicSamplingMixin:
         )
 
     def _row_stream(self, dataset: IterableDataset, key_column: str | None) -> RowStream:
-        """A seeded stream over a streaming train_dataset, shuffled (buffered) as TRL shuffles it, another seed."""
+        """A seeded stream over a streaming train_dataset: a buffered shuffle as TRL's, with another seed."""
         if self.shuffle_dataset:
             dataset = dataset.shuffle(seed=self.args.seed + STREAM_SEED_OFFSET)
 

@@ -105,7 +105,10 @@ class ZeroStdArguments:
     )
     skip_target_zero_std_frac: float = field(
         default=0.25,
-        metadata={"help": "Share of zero-variance groups among those generated that the exploration p aims at."},
+        metadata={
+            "help": "skip_predictor='streak': share of zero-variance groups among those generated that the "
+            "exploration p aims at."
+        },
     )
     skip_min_draw_prob: float = field(
         default=0.05,
