@@ -7,10 +7,11 @@ at step 3, in one of three modes, launched as a subprocess (``accelerate launch`
 
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
-the stream, the history is keyed by hashed prompts); ``base`` TRL's GRPOTrainer (the control). Rank 0 writes
-``result.json``: a hash of every parameter's bytes and the logged metrics of each step (timings dropped).
+the stream, the history is keyed by hashed prompts); ``ours-rate`` the same as ``ours`` with the success-rate
+predictor and a prior by prompt text; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash
+of every parameter's bytes and the logged metrics of each step (timings dropped).
 
-Usage: resume_worker.py MODEL_DIR RUN_DIR full|kill|resume ours|ours-streaming|base [KILLED_RUN_DIR]
+Usage: resume_worker.py MODEL_DIR RUN_DIR full|kill|resume ours|ours-streaming|ours-rate|base [KILLED_RUN_DIR]
 """
 
 import hashlib
@@ -30,6 +31,12 @@ from transformers import TrainerCallback  # noqa: E402
 CHECKPOINT_STEP, MAX_STEPS, GLOBAL_BATCH = 3, 6, 32
 TIMING_KEYS = ("step_time",)
 OURS = {"dynamic_sampling": True, "skip_zero_std_prompts": True, "zero_std_kl": "keep_failed"}
+SETTINGS = {
+    "ours": OURS,
+    "ours-streaming": OURS,
+    "ours-rate": {**OURS, "skip_predictor": "success_rate", "skip_prior_key": "prompt"},
+    "base": {},
+}
 
 
 class KillAfterCheckpoint(TrainerCallback):
@@ -58,7 +65,7 @@ def main(model_dir, run_dir, mode, trainer_kind="ours", killed_run_dir=None):
         output_dir=run_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4, max_completion_length=4, learning_rate=1e-3, beta=0.04, max_steps=MAX_STEPS,
         save_strategy="steps", save_steps=CHECKPOINT_STEP, logging_steps=1, report_to="none", use_cpu=True,
-        bf16=False, seed=0, disable_tqdm=True, **(OURS if ours else {}),
+        bf16=False, seed=0, disable_tqdm=True, **SETTINGS[trainer_kind],
     )  # fmt: skip
     dataset = addition_dataset(64, seed=0)
     trainer = trainer_cls(

@@ -1,8 +1,8 @@
 """Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint`` is the
 run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
 drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
-``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset
-(``tests/resume_worker.py``). TRL's own trainer is the control.
+``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset, and with the
+success-rate predictor (``tests/resume_worker.py``). TRL's own trainer is the control.
 """
 
 import json
@@ -24,8 +24,10 @@ def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
 
 
 @pytest.mark.parametrize(
-    ("kind", "processes"), [("ours", 1), ("ours", 2), ("ours-streaming", 1), ("ours-streaming", 2), ("base", 1)]
-)
+    ("kind", "processes"),
+    [("ours", 1), ("ours", 2), ("ours-streaming", 1), ("ours-streaming", 2), ("ours-rate", 1), ("ours-rate", 2),
+     ("base", 1)],
+)  # fmt: skip
 def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, tmp_path, kind, processes):
     full = run_worker(tiny_model_dir, tmp_path / "full", "full", kind, processes)
     assert full.returncode == 0, full.stderr[-4000:]
