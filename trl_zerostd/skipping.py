@@ -396,7 +396,8 @@ class PromptSkipper:
         rows: torch.Tensor | None = None,
     ) -> None:
         """The outcomes of every group one generation batch generated, in draw order (with the ``"success_rate"``
-        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``); then one step of ``p``."""
+        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``); then, for the streak, one
+        step of ``p``."""
         keys = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
             taken = self.hashed.claim(keys)
@@ -411,7 +412,8 @@ class PromptSkipper:
             if successes is None or rows is None:
                 raise ValueError("The success_rate predictor needs each group's successes and rows with its outcome.")
             self.rates.record(slots, successes, rows)
-        self.explore.adapt(outcomes)
+        else:
+            self.explore.adapt(outcomes)
 
     def state_dict(self) -> dict:
         state = {"history": self.history.state_dict(), "explore": self.explore.state_dict()}
