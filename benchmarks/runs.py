@@ -55,7 +55,8 @@ def timing_generation(trainer_cls):
 def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
     """Train the run of ``job`` (see ``run_one``) with the trainer class ``wrap(trainer_cls)``; return the trainer.
 
-    ``flags`` are the arm's extra CLI flags; the arm "trl" trains TRL's own GRPOTrainer (package flags dropped)."""
+    ``flags`` are the arm's extra CLI flags; the arm "trl" (and "trl-<variant>") trains TRL's own GRPOTrainer (package
+    flags dropped)."""
     arm, flags, lr, seed, max_steps, path = job
     from train_cli import run, without_package_flags
     from trl import GRPOConfig, GRPOTrainer
@@ -66,7 +67,7 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
         "--learning_rate", str(lr), "--seed", str(seed), "--max_steps", str(max_steps), "--plot", "false",
         "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
     ]  # fmt: skip
-    if arm == "trl":
+    if arm == "trl" or arm.startswith("trl-"):
         return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
     return run(wrap(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
 
@@ -78,7 +79,7 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     if Path(path).exists():
         return json.loads(Path(path).read_text())
     trainer = train_job(job)
-    steps = [entry for entry in trainer.state.log_history if "reward" in entry]
+    steps = optimizer_steps(trainer.state.log_history)
     record = {"arm": arm, "learning_rate": lr, "seed": seed}
     record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})
     # step s generated while global_step was s - 1
@@ -88,6 +89,19 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
     Path(path).write_text(json.dumps(record))
     return record
+
+
+def optimizer_steps(log_history: list[dict]) -> list[dict]:
+    """One log entry per optimizer step (logging_steps=1). Under ``num_iterations`` > 1 a generation batch trains
+    several steps and only its first logs the generation's metrics (reward, num_tokens, ...): the later ones carry
+    them over from it, so lists indexed by step stay aligned and ``num_tokens`` stays cumulative."""
+    steps, generation = [], {}
+    for entry in log_history:
+        if "reward" in entry:
+            generation = entry
+        if "step_time" in entry:
+            steps.append({**generation, **entry})
+    return steps
 
 
 def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ()) -> list[tuple]:

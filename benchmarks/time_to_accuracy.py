@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                        # 18 arms x 10 seeds, 300 steps each, 2 runs at a time
+    python benchmarks/time_to_accuracy.py                # 28 arms x 10 seeds, 300 steps (-x2 600, -half 150)
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from learning_curves import cumulative
-from runs import report, run_all, seed_arm_jobs
+from runs import report, run_all
 
 ARMS = {
     "trl": [],
@@ -69,6 +69,16 @@ for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each 
     ARMS.update(
         {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)] for arm in SCREENED}
     )  # fmt: skip
+# TRL's num_iterations=2 (GRPO's mu): each generation batch trains two optimizer steps, the second with PPO's clipped
+# ratio to the policy that generated it. "-mu2" keeps the 300 optimizer steps and their learning-rate schedule (what a
+# TRL user gets by setting it: half the generation batches); "-mu2-x2" runs twice the steps, so that it generates as
+# many batches as the others. Every arm is evaluated every eval_steps generation batches.
+REUSE = ["--num_iterations", "2"]
+for arm in ("trl", "masking", "skip-rate-prior", "skip-rate-prior-f02"):
+    ARMS[f"{arm}-mu2"] = [*ARMS[arm], *REUSE]
+    ARMS[f"{arm}-mu2-x2"] = ARMS[f"{arm}-mu2"]
+# Half the steps: the learning rate decays over 150 generation batches, as under "-mu2", without the second pass
+ARMS.update({f"{arm}-half": ARMS[arm] for arm in ("trl", "skip-rate-prior-f02")})
 BANDS = ("easy", "medium", "hard")
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
@@ -80,11 +90,14 @@ class TimeToAccuracyArguments:
             "trl", "masking", "keep_failed", "dynamic", "skip", "skip-t0", "skip-band", "skip-prior", "skip-prior-t0",
             "skip-prior-t0-f02", "skip-rate", "skip-rate-prior", "skip-rate-prior-f02", "dynamic+skip-8g",
             "dynamic-8g-screen4", "dynamic+skip-8g-screen4", "dynamic+skip-prior-8g", "dynamic+skip-prior-8g-screen4",
+            "trl-mu2", "masking-mu2", "skip-rate-prior-mu2", "skip-rate-prior-f02-mu2", "trl-mu2-x2", "masking-mu2-x2",
+            "skip-rate-prior-mu2-x2", "skip-rate-prior-f02-mu2-x2", "trl-half", "skip-rate-prior-f02-half",
         ],  # fmt: skip
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
-            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate)."
+            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -mu2: "
+            "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
@@ -99,7 +112,7 @@ class TimeToAccuracyArguments:
     plot_arms: list[str] = field(
         default_factory=lambda: [
             "trl", "masking", "dynamic", "skip", "skip-prior", "skip-rate-prior-f02", "dynamic+skip-8g-screen4",
-            "dynamic+skip-prior-8g-screen4",
+            "dynamic+skip-prior-8g-screen4", "skip-rate-prior-f02-mu2", "trl-mu2",
         ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )
@@ -152,6 +165,17 @@ def groups_per_step(arm: str) -> int:
     if "--per_device_train_batch_size" not in flags:
         return 16
     return int(flags[flags.index("--per_device_train_batch_size") + 1]) // 8
+
+
+def run_length(arm: str) -> float:
+    """How many times max_steps the arm runs: 2 for "-x2" arms, 0.5 for "-half" arms, else 1."""
+    return 2.0 if arm.endswith("-x2") else 0.5 if arm.endswith("-half") else 1.0
+
+
+def iterations(arm: str) -> int:
+    """Optimizer steps each generation batch trains: the arm's --num_iterations (TRL's default 1)."""
+    flags = ARMS[arm]
+    return int(flags[flags.index("--num_iterations") + 1]) if "--num_iterations" in flags else 1
 
 
 def cost(value: float, spec: str) -> str:
@@ -375,17 +399,29 @@ def plot_ratios(axis, records: list[dict], args: TimeToAccuracyArguments, target
     axis.grid(alpha=0.3, axis="x")
 
 
-def common_flags(args: TimeToAccuracyArguments) -> list[str]:
-    """The flags every arm's run shares: the task, its held-out evaluation, the completion length."""
+def common_flags(args: TimeToAccuracyArguments, eval_steps: int | None = None) -> list[str]:
+    """The flags every arm's run shares: the task, its held-out evaluation (every ``eval_steps``, default
+    ``args.eval_steps``), the completion length."""
     return [
-        "--task", "spread", "--eval_strategy", "steps", "--eval_steps", str(args.eval_steps),
+        "--task", "spread", "--eval_strategy", "steps", "--eval_steps", str(eval_steps or args.eval_steps),
         "--eval_on_start", "true", "--num_generations_eval", str(args.eval_samples),
         "--per_device_eval_batch_size", "200", "--max_completion_length", "6",
     ]  # fmt: skip
 
 
+def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
+    """One job per seed and arm: ``run_length(arm) x max_steps`` steps, evaluated every ``eval_steps`` generation
+    batches (every ``iterations(arm) x eval_steps`` steps)."""
+    return [
+        (arm, [*ARMS[arm], *common_flags(args, args.eval_steps * iterations(arm))], args.learning_rate, seed,
+         round(args.max_steps * run_length(arm)), f"{args.runs_dir}/{arm}-seed{seed}.json")
+        for seed in args.seeds
+        for arm in args.arms
+    ]  # fmt: skip
+
+
 def main(args: TimeToAccuracyArguments) -> None:
-    report(run_all(seed_arm_jobs(args, ARMS, common_flags(args)), args.jobs), args, summarise, plot)
+    report(run_all(jobs(args), args.jobs), args, summarise, plot)
 
 
 if __name__ == "__main__":

@@ -313,6 +313,23 @@ def test_resume_restores_the_history_and_the_exploration_probabilities(make_trai
         assert torch.equal(resumed.prompt_skipper.prior.counts, trainer.prompt_skipper.prior.counts)
 
 
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_each_generation_batch_enters_the_history_once_under_num_iterations(make_trainer, num_iterations):
+    """num_iterations=2 (TRL's mu): a generation batch trains two optimizer steps; its groups are drawn and recorded
+    once, not once per step, and every step updates the model."""
+    config = {**SKIP, "max_steps": 4, "skip_predictor": "success_rate", "num_iterations": num_iterations}
+    trainer = make_trainer(prompts=DATA, logging_steps=1, **config)
+    stub_generation(trainer, tied_or_informative)
+    recorded, record = [], trainer.prompt_skipper.record
+    trainer.prompt_skipper.record = lambda keys, *args, **kwargs: recorded.append(list(keys)) or record(
+        keys, *args, **kwargs
+    )
+    trainer.train()
+    assert len(recorded) == 4 // num_iterations and all(len(keys) == 2 for keys in recorded)
+    grad_norms = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+    assert len(grad_norms) == 4 and min(grad_norms) > 0
+
+
 def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
     off = make_trainer(prompts=DATA, skip_zero_std_prompts=False, **DYNAMIC)
     alone = make_trainer(prompts=DATA, **DYNAMIC)
