@@ -159,12 +159,15 @@ def targets(records: list[dict], fraction: float) -> dict[int, float]:
     }
 
 
+def arm_flag(arm: str, name: str, default: int) -> int:
+    """The integer value of flag ``name`` among the arm's flags, ``default`` where it does not set it."""
+    flags = ARMS[arm]
+    return int(flags[flags.index(name) + 1]) if name in flags else default
+
+
 def groups_per_step(arm: str) -> int:
     """Groups a step trains: 16 (128 completions of 8), or what the arm's --per_device_train_batch_size gives."""
-    flags = ARMS[arm]
-    if "--per_device_train_batch_size" not in flags:
-        return 16
-    return int(flags[flags.index("--per_device_train_batch_size") + 1]) // 8
+    return arm_flag(arm, "--per_device_train_batch_size", 128) // 8
 
 
 def run_length(arm: str) -> float:
@@ -174,8 +177,7 @@ def run_length(arm: str) -> float:
 
 def iterations(arm: str) -> int:
     """Optimizer steps each generation batch trains: the arm's --num_iterations (TRL's default 1)."""
-    flags = ARMS[arm]
-    return int(flags[flags.index("--num_iterations") + 1]) if "--num_iterations" in flags else 1
+    return arm_flag(arm, "--num_iterations", 1)
 
 
 def cost(value: float, spec: str) -> str:
