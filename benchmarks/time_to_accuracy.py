@@ -1,7 +1,7 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                # 28 arms x 10 seeds, 300 steps (-x2 600, -half 150)
+    python benchmarks/time_to_accuracy.py                # 39 arms x 10 seeds, 300 steps (-x2 600, -half 150)
     python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
@@ -79,6 +79,13 @@ for arm in ("trl", "masking", "skip-rate-prior", "skip-rate-prior-f02"):
     ARMS[f"{arm}-mu2-x2"] = ARMS[f"{arm}-mu2"]
 # Half the steps: the learning rate decays over 150 generation batches, as under "-mu2", without the second pass
 ARMS.update({f"{arm}-half": ARMS[arm] for arm in ("trl", "skip-rate-prior-f02")})
+# The learning rate times 0.5 ("-lr05") or 2 ("-lr2"), the schedule otherwise the same: is --learning_rate TRL's best,
+# and does an arm of ours learn faster at another? The target stays base TRL's at --learning_rate.
+LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
+for arm in ("trl", "skip-rate-prior-f02"):
+    for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
+        ARMS.update({f"{variant}{suffix}": ARMS[variant] for suffix in LR_SCALES})
+ARMS["skip-rate-prior-lr2"] = ARMS["skip-rate-prior"]
 BANDS = ("easy", "medium", "hard")
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
@@ -92,12 +99,15 @@ class TimeToAccuracyArguments:
             "dynamic-8g-screen4", "dynamic+skip-8g-screen4", "dynamic+skip-prior-8g", "dynamic+skip-prior-8g-screen4",
             "trl-mu2", "masking-mu2", "skip-rate-prior-mu2", "skip-rate-prior-f02-mu2", "trl-mu2-x2", "masking-mu2-x2",
             "skip-rate-prior-mu2-x2", "skip-rate-prior-f02-mu2-x2", "trl-half", "skip-rate-prior-f02-half",
+            "trl-lr05", "skip-rate-prior-f02-lr05", "trl-mu2-lr05", "skip-rate-prior-f02-mu2-lr05", "trl-mu2-x2-lr05",
+            "skip-rate-prior-f02-mu2-x2-lr05", "trl-lr2", "skip-rate-prior-lr2", "skip-rate-prior-f02-lr2",
+            "trl-mu2-lr2", "skip-rate-prior-f02-mu2-lr2",
         ],  # fmt: skip
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
             "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -mu2: "
-            "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2)."
+            "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; -lr05, -lr2: learning_rate x 0.5, x 2)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
@@ -111,8 +121,8 @@ class TimeToAccuracyArguments:
     )
     plot_arms: list[str] = field(
         default_factory=lambda: [
-            "trl", "masking", "dynamic", "skip", "skip-prior", "skip-rate-prior-f02", "dynamic+skip-8g-screen4",
-            "dynamic+skip-prior-8g-screen4", "skip-rate-prior-f02-mu2", "trl-mu2",
+            "trl", "masking", "dynamic", "skip", "skip-rate-prior-f02", "dynamic+skip-prior-8g-screen4",
+            "skip-rate-prior-f02-mu2", "trl-mu2", "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05",
         ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )
@@ -170,8 +180,17 @@ def groups_per_step(arm: str) -> int:
     return arm_flag(arm, "--per_device_train_batch_size", 128) // 8
 
 
+def split_learning_rate(arm: str) -> tuple[str, float]:
+    """``(arm without its learning-rate suffix, factor on --learning_rate)``: ("trl-mu2", 0.5) for "trl-mu2-lr05"."""
+    for suffix, scale in LR_SCALES.items():
+        if arm.endswith(suffix):
+            return arm.removesuffix(suffix), scale
+    return arm, 1.0
+
+
 def run_length(arm: str) -> float:
     """How many times max_steps the arm runs: 2 for "-x2" arms, 0.5 for "-half" arms, else 1."""
+    arm, _ = split_learning_rate(arm)
     return 2.0 if arm.endswith("-x2") else 0.5 if arm.endswith("-half") else 1.0
 
 
@@ -412,11 +431,12 @@ def common_flags(args: TimeToAccuracyArguments, eval_steps: int | None = None) -
 
 
 def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
-    """One job per seed and arm: ``run_length(arm) x max_steps`` steps, evaluated every ``eval_steps`` generation
-    batches (every ``iterations(arm) x eval_steps`` steps)."""
+    """One job per seed and arm: ``run_length(arm) x max_steps`` steps at the arm's learning rate, evaluated every
+    ``eval_steps`` generation batches (every ``iterations(arm) x eval_steps`` steps)."""
     return [
-        (arm, [*ARMS[arm], *common_flags(args, args.eval_steps * iterations(arm))], args.learning_rate, seed,
-         round(args.max_steps * run_length(arm)), f"{args.runs_dir}/{arm}-seed{seed}.json")
+        (arm, [*ARMS[arm], *common_flags(args, args.eval_steps * iterations(arm))],
+         args.learning_rate * split_learning_rate(arm)[1], seed, round(args.max_steps * run_length(arm)),
+         f"{args.runs_dir}/{arm}-seed{seed}.json")
         for seed in args.seeds
         for arm in args.arms
     ]  # fmt: skip
