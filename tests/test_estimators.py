@@ -296,6 +296,9 @@ def test_advantage_estimator_registry():
     assert estimators.get_advantage_estimator("rloo") is estimators.rloo_advantages
     with pytest.raises(ValueError, match="ppo"):
         estimators.get_advantage_estimator("ppo")
+    with pytest.raises(ValueError, match="already registered as 'grpo'"):
+        estimators.register_advantage_estimator("grpo")(lambda *args, **kwargs: None)
+    assert estimators.get_advantage_estimator("grpo") is estimators.grpo_advantages  # the first one stays
 
 
 def test_estimators_reject_unknown_modes():

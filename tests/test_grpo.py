@@ -523,3 +523,24 @@ def test_stalled_training_warns_once_naming_the_options(make_trainer, caplog):
         e["zero_std/untrained_step_frac"] for e in trainer.state.log_history if "zero_std/untrained_step_frac" in e
     ]
     assert fractions == [1.0] * 4
+
+
+def test_get_high_entropy_mask_on_a_spec_mock_is_trls():
+    """TRL's own TestGetHighEntropyMask calls the method on ``Mock(spec=GRPOTrainer)``, where every attribute of the
+    class, our class-level ``_loss_call = None`` too, reads as a child Mock: the override must then be TRL's."""
+    from unittest.mock import Mock
+
+    from trl import GRPOTrainer
+
+    def mock(cls):
+        trainer = Mock(spec=cls)
+        trainer.accelerator = Mock()
+        trainer.accelerator.pad_across_processes = lambda tensor, dim, pad_index: tensor
+        trainer.accelerator.gather = lambda tensor: tensor
+        return trainer
+
+    torch.manual_seed(0)
+    entropies, mask = torch.rand(3, 5), (torch.rand(3, 5) > 0.3).float()
+    base = GRPOTrainer.get_high_entropy_mask(mock(GRPOTrainer), entropies, mask, 0.5)
+    ours = ZeroStdGRPOTrainer.get_high_entropy_mask(mock(ZeroStdGRPOTrainer), entropies, mask, 0.5)
+    assert torch.equal(ours, base)

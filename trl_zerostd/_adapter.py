@@ -244,7 +244,7 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # follows {GRPO,RLOO}Trainer._get_per_token_logps_and_entropies (TRL 1.16): forwards the rows the plan reads
         forward = super()._get_per_token_logps_and_entropies
-        if self._loss_call is not None:
+        if isinstance(self._loss_call, LossCall):
             return self._loss_forward(forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         batch = self._generation_batch
         if batch is None:

@@ -24,6 +24,11 @@ def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], Ad
     """Decorator: make ``fn`` the estimator a trainer with ``advantage_estimator = name`` dispatches to."""
 
     def register(fn: AdvantageEstimator) -> AdvantageEstimator:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(
+                f"An advantage estimator is already registered as {name!r} ({ADVANTAGE_ESTIMATORS[name].__name__}); "
+                "register yours under another name."
+            )
         ADVANTAGE_ESTIMATORS[name] = fn
         return fn
 

@@ -85,7 +85,7 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
 
     def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
         # follows GRPOTrainer.get_high_entropy_mask (TRL 1.16): the quantile over the rows with a policy term (rule 3)
-        if self._loss_call is not None:
+        if isinstance(self._loss_call, LossCall):  # not a Mock(spec=...) attribute, as in TRL's own tests
             mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)
         return super().get_high_entropy_mask(entropies, mask, threshold)
 
