@@ -24,6 +24,6 @@ train: install  ## fine-tune the embedded default (tiny local model, synthetic t
 test: install
 	$(PY) -m pytest -q $(ARGS)
 
-train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on the spread task, chat prompts
+train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
 	$(PY) examples/real_model.py
-	$(PY) examples/train_grpo.py --config examples/configs/smollm2_spread.yaml $(ARGS)
+	$(PY) examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml $(ARGS)

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 FINAL_WINDOW = 20  # steps averaged for a run's final reward
-RECORDED = {  # record key -> logged metric (absent metrics give None)
+RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple: the first one logged
     "reward": "reward",
     "grad_norm": "grad_norm",
     "step_time": "step_time",
@@ -27,8 +27,9 @@ RECORDED = {  # record key -> logged metric (absent metrics give None)
     "frac_reward_zero_std": "frac_reward_zero_std",
     "informative_group_frac": "dynamic_sampling/informative_group_frac",
     "skipped_frac": "prompt_skip/skipped_frac",
-    "all_wrong_group_frac": "spread/all_wrong_group_frac",  # --task spread: of the groups that train
-    "all_right_group_frac": "spread/all_right_group_frac",
+    # --task spread / chat_arith: of the groups that train
+    "all_wrong_group_frac": ("spread/all_wrong_group_frac", "level/all_wrong_group_frac"),
+    "all_right_group_frac": ("spread/all_right_group_frac", "level/all_right_group_frac"),
 }
 
 
@@ -81,7 +82,7 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     trainer = train_job(job)
     steps = optimizer_steps(trainer.state.log_history)
     record = {"arm": arm, "learning_rate": lr, "seed": seed}
-    record.update({key: [entry.get(metric) for entry in steps] for key, metric in RECORDED.items()})
+    record.update({key: [logged(entry, metric) for entry in steps] for key, metric in RECORDED.items()})
     # step s generated while global_step was s - 1
     record["generation_s"] = [trainer.generation_s[entry["step"] - 1] for entry in steps]
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
@@ -89,6 +90,12 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
     Path(path).write_text(json.dumps(record))
     return record
+
+
+def logged(entry: dict, metric: str | tuple[str, ...]):
+    """The value of ``metric`` (or of the first of several that ``entry`` has) in a log entry; None if absent."""
+    names = (metric,) if isinstance(metric, str) else metric
+    return next((entry[name] for name in names if name in entry), None)
 
 
 def optimizer_steps(log_history: list[dict]) -> list[dict]:

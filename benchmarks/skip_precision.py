@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from runs import run_all, timing_generation, train_job
-from time_to_accuracy import ARMS, TimeToAccuracyArguments, common_flags
+from time_to_accuracy import ARMS, TimeToAccuracyArguments, arm_flags, common_flags
 
 STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
 BINS = ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1")  # the success-rate predictor's P(informative) when drawn
@@ -102,14 +102,14 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
 
 
 def main(args: SkipPrecisionArguments) -> None:
-    arm_flags = ARMS.get(args.arm, [])
-    if "--skip_zero_std_prompts" not in arm_flags or "--dynamic_sampling_screen" in arm_flags:
+    defaults = TimeToAccuracyArguments()
+    flags = arm_flags(args.arm, defaults) if args.arm in ARMS else []
+    if "--skip_zero_std_prompts" not in flags or "--dynamic_sampling_screen" in flags:
         raise ValueError(
             f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py without screens (the tally "
             "counts whole groups; a tied screen would be left out)."
         )
-    defaults = TimeToAccuracyArguments()
-    flags = [*arm_flags, *common_flags(defaults)]
+    flags = [*flags, *common_flags(defaults)]
     jobs = [
         (args.arm, flags, defaults.learning_rate, seed, defaults.max_steps, f"/tmp/skip_precision/{args.arm}-{seed}")
         for seed in args.seeds

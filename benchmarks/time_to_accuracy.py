@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from learning_curves import cumulative
 from runs import report, run_all
 
+DIFFICULTY = "<difficulty column>"
 ARMS = {
     "trl": [],
     "masking": [],
@@ -38,19 +39,20 @@ ARMS = {
     "dynamic": ["--dynamic_sampling", "true"],
     "skip": ["--skip_zero_std_prompts", "true"],
     "dynamic+skip": ["--dynamic_sampling", "true", "--skip_zero_std_prompts", "true"],
-    # prompt skipping with one history per difficulty band (the dataset's "band" column, as DeepMath's "difficulty")
-    "skip-band": ["--skip_zero_std_prompts", "true", "--skip_history_key", "band"],
+    # prompt skipping with one history per difficulty band (the task's difficulty column, as DeepMath's "difficulty";
+    # DIFFICULTY stands for it, and is replaced by the study's --difficulty_column)
+    "skip-band": ["--skip_zero_std_prompts", "true", "--skip_history_key", DIFFICULTY],
     "dynamic+skip-band": [
         "--dynamic_sampling",
         "true",
         "--skip_zero_std_prompts",
         "true",
         "--skip_history_key",
-        "band",
+        DIFFICULTY,
     ],
 }
 # prompt skipping with a prior by difficulty band for prompts never drawn (skip_prior_key)
-PRIOR = ["--skip_prior_key", "band"]
+PRIOR = ["--skip_prior_key", DIFFICULTY]
 ARMS.update({f"{arm}-prior": [*ARMS[arm], *PRIOR] for arm in ("skip", "dynamic+skip")})
 HALF_BATCH = ["--per_device_train_batch_size", "64"]  # 8 groups a step instead of 16
 ARMS.update({f"{arm}-8g": [*flags, *HALF_BATCH] for arm, flags in list(ARMS.items())})
@@ -86,7 +88,6 @@ for arm in ("trl", "skip-rate-prior-f02"):
     for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
         ARMS.update({f"{variant}{suffix}": ARMS[variant] for suffix in LR_SCALES})
 ARMS["skip-rate-prior-lr2"] = ARMS["skip-rate-prior"]
-BANDS = ("easy", "medium", "hard")
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
 
@@ -126,6 +127,19 @@ class TimeToAccuracyArguments:
         ],  # fmt: skip
         metadata={"help": "Arms drawn in the figure (all of --arms are in the table)."},
     )
+    task_flags: list[str] = field(
+        default_factory=lambda: ["--task", "spread", "--max_completion_length", "6"],
+        metadata={"help": "The task's flags, shared by every arm (the main job's defaults give the rest)."},
+    )
+    difficulty_column: str = field(default="band", metadata={"help": "The task's difficulty column (-band, -prior)."})
+    levels: list[str] = field(
+        default_factory=lambda: ["easy", "medium", "hard"], metadata={"help": "Its values, easiest first."}
+    )
+    hard_level: str = field(default="hard", metadata={"help": "The level whose accuracy the task check shows."})
+    completions_per_step: int = field(default=128, metadata={"help": "The task's per_device_train_batch_size."})
+    num_generations: int = field(default=8, metadata={"help": "The task's num_generations."})
+    eval_batch_size: int = field(default=200, metadata={"help": "per_device_eval_batch_size of the evaluations."})
+    title: str = field(default="Difficulty-spread task")
     jobs: int = field(default=2)
     runs_dir: str = field(default="outputs/time_to_accuracy")
     table: str = field(default="docs/time_to_accuracy.md")
@@ -175,9 +189,9 @@ def arm_flag(arm: str, name: str, default: int) -> int:
     return int(flags[flags.index(name) + 1]) if name in flags else default
 
 
-def groups_per_step(arm: str) -> int:
-    """Groups a step trains: 16 (128 completions of 8), or what the arm's --per_device_train_batch_size gives."""
-    return arm_flag(arm, "--per_device_train_batch_size", 128) // 8
+def groups_per_step(arm: str, args: TimeToAccuracyArguments) -> int:
+    """Groups a step trains: the study's completions a step (or the arm's --per_device_train_batch_size) over G."""
+    return arm_flag(arm, "--per_device_train_batch_size", args.completions_per_step) // args.num_generations
 
 
 def split_learning_rate(arm: str) -> tuple[str, float]:
@@ -271,7 +285,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         "|---|---|---|---|---|---|",
     ]
     for arm, runs in per_arm.items():
-        groups = groups_per_step(arm)
+        groups = groups_per_step(arm, args)
         informative = statistics.fmean(groups * (1 - statistics.fmean(r["frac_reward_zero_std"])) for r in runs)
         tokens = statistics.fmean(r["num_tokens"][-1] / len(r["num_tokens"]) for r in runs)
         gain = statistics.fmean(final_reward(r) - r["eval"][0][1] for r in runs)
@@ -279,29 +293,30 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
             f"| {arm} | {groups} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
             f"{gain / statistics.fmean(r['num_tokens'][-1] for r in runs) * 1e6:.3f} |"
         )
-    lines += ["", *task_check(per_arm["trl"]), "", *foresight_bound(per_arm["trl"], target, args.seeds)]
+    lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
+    lines += foresight_bound(per_arm["trl"], target, args.seeds)
     lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
-    lines += ["| arm | " + " | ".join(BANDS) + " |", "|---" * (len(BANDS) + 1) + "|"]
+    lines += ["| arm | " + " | ".join(args.levels) + " |", "|---" * (len(args.levels) + 1) + "|"]
     for arm, runs in per_arm.items():
         cells = [
             f"{statistics.fmean(r['eval_bands'][0][band] for r in runs):.2f} -> "
             f"{statistics.fmean(r['eval_bands'][-1][band] for r in runs):.2f}"
-            for band in BANDS
+            for band in args.levels
         ]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def task_check(trl_runs: list[dict]) -> list[str]:
-    """The task as base TRL sees it, per seed: held-out reward at the start, hard-band held-out accuracy at the first
-    and last evaluation, the all-wrong / all-correct share of its groups in the second half, and whether its held-out
-    reward still rises in the last third (the mean of the last two evaluations minus that of the two before the last
-    third ends, e.g. steps 210 and 240 of 300)."""
+def task_check(trl_runs: list[dict], hard: str) -> list[str]:
+    """The task as base TRL sees it, per seed: held-out reward at the start, level ``hard``'s held-out accuracy at
+    the first and last evaluation, the all-wrong / all-correct share of its groups in the second half, and whether its
+    held-out reward still rises in the last third (the mean of the last two evaluations minus that of the two before
+    the last third ends, e.g. steps 210 and 240 of 300)."""
     lines = [
         "The task under base TRL, per seed (rise in the last third: the mean of its last two evaluations minus the "
         "mean of the two before them):",
         "",
-        "| seed | held-out start | hard band: first -> last | 2nd half all-wrong / all-correct "
+        f"| seed | held-out start | {hard}: first -> last | 2nd half all-wrong / all-correct "
         "| rise in the last third |",
         "|---|---|---|---|---|",
     ]
@@ -310,7 +325,7 @@ def task_check(trl_runs: list[dict]) -> list[str]:
         rise = statistics.fmean(rewards[-2:]) - statistics.fmean(rewards[-4:-2])
         lines.append(
             f"| {record['seed']} | {rewards[0]:.3f} "
-            f"| {record['eval_bands'][0]['hard']:.2f} -> {record['eval_bands'][-1]['hard']:.2f} "
+            f"| {record['eval_bands'][0][hard]:.2f} -> {record['eval_bands'][-1][hard]:.2f} "
             f"| {statistics.fmean(record['all_wrong_group_frac'][half:]):.2f} / "
             f"{statistics.fmean(record['all_right_group_frac'][half:]):.2f} | {rise:+.3f} |"
         )
@@ -380,7 +395,7 @@ def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
     axes[0].legend(fontsize=8)
     plot_ratios(ratio_axis, records, args, target)
     figure.suptitle(
-        f"Difficulty-spread task, held-out split: {len(args.seeds)} seeds per arm (mean over seeds, faint: each seed)"
+        f"{args.title}, held-out split: {len(args.seeds)} seeds per arm (mean over seeds, faint: each seed)"
     )
     figure.tight_layout()
     figure.savefig(args.plot, dpi=110)
@@ -421,20 +436,25 @@ def plot_ratios(axis, records: list[dict], args: TimeToAccuracyArguments, target
 
 
 def common_flags(args: TimeToAccuracyArguments, eval_steps: int | None = None) -> list[str]:
-    """The flags every arm's run shares: the task, its held-out evaluation (every ``eval_steps``, default
-    ``args.eval_steps``), the completion length."""
+    """The flags every arm's run shares: the task's (``args.task_flags``), its held-out evaluation (every
+    ``eval_steps``, default ``args.eval_steps``)."""
     return [
-        "--task", "spread", "--eval_strategy", "steps", "--eval_steps", str(eval_steps or args.eval_steps),
+        *args.task_flags, "--eval_strategy", "steps", "--eval_steps", str(eval_steps or args.eval_steps),
         "--eval_on_start", "true", "--num_generations_eval", str(args.eval_samples),
-        "--per_device_eval_batch_size", "200", "--max_completion_length", "6",
+        "--per_device_eval_batch_size", str(args.eval_batch_size),
     ]  # fmt: skip
+
+
+def arm_flags(arm: str, args: TimeToAccuracyArguments) -> list[str]:
+    """The arm's flags, its difficulty column named (``args.difficulty_column``)."""
+    return [args.difficulty_column if flag == DIFFICULTY else flag for flag in ARMS[arm]]
 
 
 def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
     """One job per seed and arm: ``run_length(arm) x max_steps`` steps at the arm's learning rate, evaluated every
     ``eval_steps`` generation batches (every ``iterations(arm) x eval_steps`` steps)."""
     return [
-        (arm, [*ARMS[arm], *common_flags(args, args.eval_steps * iterations(arm))],
+        (arm, [*arm_flags(arm, args), *common_flags(args, args.eval_steps * iterations(arm))],
          args.learning_rate * split_learning_rate(arm)[1], seed, round(args.max_steps * run_length(arm)),
          f"{args.runs_dir}/{arm}-seed{seed}.json")
         for seed in args.seeds

@@ -123,20 +123,30 @@ def banded_sum_reward(completions, prompts, answer, band, log_metric=None, **kwa
     ``spread/<band>/accuracy``, ``spread/<band>/all_wrong_frac`` and ``spread/<band>/all_right_frac`` (of the band's
     groups), ``spread/all_wrong_group_frac`` and ``spread/all_right_group_frac`` (of every group).
 
-    A group is a run of consecutive rows with one prompt (TRL's layout in one process; under data parallelism a
-    group split over ranks counts on each rank). A metric of a band absent from the batch is not logged for it.
+    ``log_group_metrics`` says what a group is.
     """
     rewards = correct_sum_reward(completions, prompts, answer=answer)
     if log_metric is not None:
-        groups = []  # (band, rewards) of each run of consecutive rows with one prompt
-        for _, run in groupby(range(len(prompts)), key=prompts.__getitem__):
-            rows = list(run)
-            groups.append((band[rows[0]], [rewards[i] for i in rows]))
-        for name in sorted(set(band)):
-            in_band = [group for group_band, group in groups if group_band == name]
-            log_metric(f"spread/{name}/accuracy", sum(map(sum, in_band)) / sum(map(len, in_band)))
-            log_metric(f"spread/{name}/all_wrong_frac", sum(max(g) == 0 for g in in_band) / len(in_band))
-            log_metric(f"spread/{name}/all_right_frac", sum(min(g) == 1 for g in in_band) / len(in_band))
-        log_metric("spread/all_wrong_group_frac", sum(max(g) == 0 for _, g in groups) / len(groups))
-        log_metric("spread/all_right_group_frac", sum(min(g) == 1 for _, g in groups) / len(groups))
+        log_group_metrics(log_metric, "spread", prompts, rewards, band)
     return rewards
+
+
+def log_group_metrics(log_metric, prefix: str, prompts: list, rewards: list[float], labels: list[str]) -> None:
+    """Per label and in all, through ``log_metric``: ``<prefix>/<label>/accuracy``, ``<prefix>/<label>/all_wrong_frac``
+    and ``<prefix>/<label>/all_right_frac`` (of the label's groups), ``<prefix>/all_wrong_group_frac`` and
+    ``<prefix>/all_right_group_frac`` (of every group); a reward is 0 or 1.
+
+    A group is a run of consecutive rows with one prompt (TRL's layout in one process; under data parallelism a
+    group split over ranks counts on each rank). A metric of a label absent from the batch is not logged for it.
+    """
+    groups = []  # (label, rewards) of each run of consecutive rows with one prompt
+    for _, run in groupby(range(len(prompts)), key=prompts.__getitem__):
+        rows = list(run)
+        groups.append((labels[rows[0]], [rewards[i] for i in rows]))
+    for name in sorted(set(labels)):
+        in_label = [group for group_label, group in groups if group_label == name]
+        log_metric(f"{prefix}/{name}/accuracy", sum(map(sum, in_label)) / sum(map(len, in_label)))
+        log_metric(f"{prefix}/{name}/all_wrong_frac", sum(max(g) == 0 for g in in_label) / len(in_label))
+        log_metric(f"{prefix}/{name}/all_right_frac", sum(min(g) == 1 for g in in_label) / len(in_label))
+    log_metric(f"{prefix}/all_wrong_group_frac", sum(max(g) == 0 for _, g in groups) / len(groups))
+    log_metric(f"{prefix}/all_right_group_frac", sum(min(g) == 1 for _, g in groups) / len(groups))

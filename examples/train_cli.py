@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import addition_task
+import chat_arith_task
 import spread_task
 import torch
 from datasets import Dataset, load_dataset
+from held_out_eval import SampledEvaluation
 from tiny_model import build_model, build_tokenizer
 from tqdm.auto import tqdm
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+from transformers.trainer_utils import IntervalStrategy
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
 from trl_zerostd.config import ZERO_STD_FIELDS
@@ -34,8 +37,10 @@ DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parque
 # panel title -> the logged keys it shows, first found (TRL's base trainer logs no zero_std/ metric)
 PLOTTED_METRICS = {
     "reward": ("reward",),
+    "held-out reward": ("eval_reward",),
     "kl": ("kl",),
     "zero-variance group fraction": ("zero_std/masked_group_frac", "frac_reward_zero_std"),
+    "truncated completions": ("completions/clipped_ratio",),
     "grad_norm": ("grad_norm",),
 }
 LOG_SCALE_PANELS = ("kl", "grad_norm")  # occasional spikes would flatten the rest
@@ -86,8 +91,10 @@ class ScriptArguments:
         default="addition",
         metadata={
             "help": "Embedded task without --dataset_name: 'addition' (single-digit sums, evaluated on its own "
-            "prompts) or 'spread' (sums in three difficulty bands, evaluated on a held-out split; spread_task.py).",
-            "choices": ["addition", "spread"],
+            "prompts), 'spread' (sums in three difficulty bands, evaluated on a held-out split; spread_task.py) or "
+            "'chat_arith' (chat prompts of arithmetic in five levels for a real instruct model, evaluated on a "
+            "held-out split; chat_arith_task.py; needs --model_name_or_path).",
+            "choices": ["addition", "spread", "chat_arith"],
         },
     )
     num_prompts: int = field(
@@ -104,7 +111,8 @@ class ScriptArguments:
         },
     )
     num_eval_prompts: int = field(
-        default=200, metadata={"help": "Prompts in the held-out split of --task spread (never trained on)."}
+        default=200,
+        metadata={"help": "Prompts in the held-out split of --task spread or chat_arith (never trained on)."},
     )
     warm_start_steps: int | None = field(
         default=None,
@@ -120,7 +128,17 @@ class ScriptArguments:
             "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
             "(e.g. accuracy_reward). Default: addition_task.correct_sum_reward (the first number of a completion "
             "against the dataset's 'answer' column, or the sum asked by an 'a+b=' prompt); with --task spread, "
-            "spread_task.banded_sum_reward (the same, logging accuracy and tied groups per difficulty band)."
+            "spread_task.banded_sum_reward (the same, logging accuracy and tied groups per difficulty band); with "
+            "--task chat_arith, chat_arith_task.FinalAnswerReward (the last number of a completion that ended, per "
+            "level)."
+        },
+    )
+    eval_by_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Evaluate on the held-out split by sampling alone (held_out_eval.py: generation and reward, no "
+            "loss forwards; about 4x cheaper than TRL's evaluation), on TRL's schedule (--eval_strategy steps, "
+            "--eval_steps, --eval_on_start), with --num_generations_eval samples a prompt."
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
@@ -178,7 +196,12 @@ def run(trainer_cls, config_cls, argv: list[str] | None = None, **defaults):
 
 def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: ModelConfig):
     """Build model, data and rewards, train, and save model, ``metrics.json`` and ``metrics.png`` to output_dir."""
-    reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs or [DEFAULT_REWARDS[script_args.task]]]
+    if script_args.task == "chat_arith" and model_args.model_name_or_path is None:
+        raise ValueError("--task chat_arith asks chat questions of a real instruct model: set --model_name_or_path.")
+    if script_args.reward_funcs:
+        reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs]
+    else:
+        reward_funcs = [default_reward(script_args.task, model_args.model_name_or_path)]
     train_dataset, eval_dataset = load_datasets(script_args, training_args.seed)
     if model_args.model_name_or_path is None:
         warm_start_data = train_dataset  # the embedded task's; a user's dataset may have no "answer" column
@@ -195,6 +218,10 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
             "dtype": model_args.dtype,
             **(training_args.model_init_kwargs or {}),
         }
+    sampled_eval = None
+    if script_args.eval_by_sampling and training_args.eval_strategy != "no":  # our evaluation on TRL's schedule
+        sampled_eval = {"every": int(training_args.eval_steps), "on_start": training_args.eval_on_start}
+        training_args.eval_strategy, training_args.eval_on_start = IntervalStrategy.NO, False
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -208,6 +235,8 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         trainer.add_callback(RewardProgressBar())
     trainer.pop_callback(PrinterCallback)  # installed instead of the bar under --disable_tqdm
     trainer.add_callback(MetricLines(script_args.print_every))
+    if sampled_eval is not None:
+        trainer.add_callback(SampledEvaluation(trainer, eval_dataset, **sampled_eval))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
 
@@ -219,6 +248,8 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
             plot_metrics({training_args.output_dir: history}, output_dir / "metrics.png")
         print(f"Model, metrics.json{' and metrics.png' if script_args.plot else ''} saved to {output_dir}.")
         print(reward_summary(history))
+        if any("eval_reward" in entry for entry in history):
+            print(held_out_summary(history))
     return trainer
 
 
@@ -266,13 +297,25 @@ WARM_START_STEPS = {"addition": 150, "spread": 800}
 DEFAULT_REWARDS = {"addition": "addition_task.correct_sum_reward", "spread": "spread_task.banded_sum_reward"}
 
 
+def default_reward(task: str, model_name_or_path: str | None):
+    """The embedded task's reward function; chat_arith's reads the stop tokens of the model's tokenizer."""
+    if task == "chat_arith":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+        return chat_arith_task.FinalAnswerReward(chat_arith_task.stop_token_ids(tokenizer))
+    return load_reward_func(DEFAULT_REWARDS[task])
+
+
 def load_datasets(script_args: ScriptArguments, seed: int) -> tuple[Dataset, Dataset]:
-    """``(train, eval)``: the spread task's train and held-out splits; otherwise the train dataset twice (the
-    addition task and a user's dataset are evaluated on their own prompts, under --eval_strategy)."""
+    """``(train, eval)``: the spread or chat_arith task's train and held-out splits; otherwise the train dataset twice
+    (the addition task and a user's dataset are evaluated on their own prompts, under --eval_strategy)."""
     if script_args.dataset_name is None and script_args.task == "spread":
         return spread_task.spread_splits(
             script_args.num_prompts, script_args.num_eval_prompts, seed=seed, chat=script_args.chat_prompts
         )
+    if script_args.dataset_name is None and script_args.task == "chat_arith":
+        return chat_arith_task.chat_arith_splits(script_args.num_prompts, script_args.num_eval_prompts, seed=seed)
     train_dataset = load_train_dataset(script_args, seed)
     return train_dataset, train_dataset
 
@@ -345,6 +388,15 @@ def reward_summary(history: list[dict], window: int = SUMMARY_WINDOW) -> str:
     )
 
 
+def held_out_summary(history: list[dict]) -> str:
+    """One line: the held-out reward at the first and the last evaluation."""
+    steps, rewards = metric_series(history, "eval_reward")
+    return (
+        f"Held-out reward: {rewards[0]:.3f} at step {steps[0]} -> {rewards[-1]:.3f} at step {steps[-1]} "
+        f"({rewards[-1] - rewards[0]:+.3f})."
+    )
+
+
 def plot_metrics(histories: dict[str, list[dict]], path: Path) -> None:
     """One panel per ``PLOTTED_METRICS`` entry against the training step, one line per run (a moving average of
     ``SMOOTHING`` logged steps over the raw values, drawn faint), saved as a PNG."""
@@ -353,13 +405,14 @@ def plot_metrics(histories: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    figure, axes = plt.subplots(2, 3, figsize=(15, 7), sharex=True)
     for axis, (title, keys) in zip(axes.flat, PLOTTED_METRICS.items()):
         for run_index, (name, history) in enumerate(histories.items()):
             key = next((k for k in keys if metric_series(history, k)[0]), keys[0])
             steps, values = metric_series(history, key)
             color = f"C{run_index}"
-            axis.plot(steps, values, color=color, alpha=0.25 if len(steps) > SMOOTHING else 1.0)
+            axis.plot(steps, values, color=color, alpha=0.25 if len(steps) > SMOOTHING else 1.0,
+                      marker="o" if len(steps) <= SMOOTHING else None)  # fmt: skip
             if len(steps) > SMOOTHING:
                 axis.plot(steps[SMOOTHING - 1 :], moving_average(values, SMOOTHING), color=color, label=name)
             elif steps:
@@ -368,7 +421,9 @@ def plot_metrics(histories: dict[str, list[dict]], path: Path) -> None:
         if title in LOG_SCALE_PANELS and any(y > 0 for line in axis.lines for y in line.get_ydata()):
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
-        if len(histories) > 1:
+        if not any(len(line.get_xdata()) for line in axis.lines):
+            axis.text(0.5, 0.5, "not logged", ha="center", va="center", transform=axis.transAxes, color="grey")
+        elif len(histories) > 1:
             axis.legend()
     for axis in axes[1]:
         axis.set_xlabel("step")
