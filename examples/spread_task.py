@@ -37,6 +37,7 @@ class Band:
     left_digits: int  # digits of the first operand (no leading zero, except the one-digit band's 0)
     right_digits: int
     share: float  # of the prompts of each split
+    op: str = "+"  # "+" or "*"
 
     def operands(self, digits: int) -> range:
         return range(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
@@ -52,6 +53,9 @@ class Band:
         left, right = self.operands(self.left_digits), self.operands(self.right_digits)
         return rng.choice(left), rng.choice(right)
 
+    def answer(self, a: int, b: int) -> int:
+        return a + b if self.op == "+" else a * b
+
 
 BANDS = (Band("easy", 1, 1, 0.25), Band("medium", 2, 1, 0.40), Band("hard", 3, 3, 0.35))
 CHAT_QUESTION = "What is {a} + {b}? Answer with the number only."  # an instruct model's prompt (user turn)
@@ -59,9 +63,9 @@ HELD_OUT_PAIR_SHARE = 0.2  # of the enumerable bands' distinct prompts, reserved
 ENUMERABLE = 10_000  # a band with at most this many distinct prompts is split by enumeration
 
 
-def band_counts(n: int) -> list[int]:
+def band_counts(n: int, bands: tuple[Band, ...] = BANDS) -> list[int]:
     """Rows per band for a split of ``n`` rows (shares rounded, the last band takes the rest)."""
-    counts = [round(n * band.share) for band in BANDS[:-1]]
+    counts = [round(n * band.share) for band in bands[:-1]]
     return [*counts, n - sum(counts)]
 
 
@@ -69,22 +73,33 @@ def spread_splits(
     num_train: int = 2000, num_eval: int = 200, seed: int = 0, chat: bool = False
 ) -> tuple[Dataset, Dataset]:
     """``(train, held_out)`` datasets with columns ``prompt`` ("a+b="; with ``chat``, a conversation of one user
-    message, ``CHAT_QUESTION``), ``answer`` (int) and ``band``.
+    message, ``CHAT_QUESTION``), ``answer`` (int) and ``band``: ``split_pairs`` over ``BANDS``."""
+    train, held_out = split_pairs(BANDS, num_train, num_eval, seed, HELD_OUT_PAIR_SHARE, "spread_splits")
+    return _dataset(train, chat), _dataset(held_out, chat)
 
-    Train rows are drawn with replacement from each band's train prompts (a prompt can repeat, as in real sets with
-    duplicates); held-out rows are distinct prompts, none of them in the train split. Deterministic in ``seed``.
+
+def split_pairs(
+    bands: tuple[Band, ...], num_train: int, num_eval: int, seed: int, held_out_share: float, caller: str
+) -> tuple[list[tuple[Band, int, int]], list[tuple[Band, int, int]]]:
+    """``(train, held_out)`` rows ``(band, a, b)``, ``band_counts`` of each split per band.
+
+    Held-out rows are distinct prompts, none of them in the train split: a band of at most ``ENUMERABLE`` prompts
+    gives the held-out split its first of ``max(n, held_out_share)`` shuffled prompts and the train split draws,
+    with replacement, from the rest (a prompt can repeat, as in real sets with duplicates); a larger band is drawn
+    at random without the held-out prompts. Train rows are shuffled. Deterministic in ``seed``; ``caller`` names
+    the task in errors.
     """
-    if num_train < len(BANDS) or num_eval < len(BANDS):
-        raise ValueError(f"spread_splits: num_train={num_train} and num_eval={num_eval} must be >= {len(BANDS)}.")
+    if num_train < len(bands) or num_eval < len(bands):
+        raise ValueError(f"{caller}: num_train={num_train} and num_eval={num_eval} must be >= {len(bands)}.")
     rng = random.Random(seed)
     train, held_out = [], []
-    for band, n_train, n_eval in zip(BANDS, band_counts(num_train), band_counts(num_eval)):
+    for band, n_train, n_eval in zip(bands, band_counts(num_train, bands), band_counts(num_eval, bands)):
         if band.size() <= ENUMERABLE:
             pairs = band.all_pairs()
             rng.shuffle(pairs)
-            cut = max(n_eval, round(len(pairs) * HELD_OUT_PAIR_SHARE)) if n_eval else 0
+            cut = max(n_eval, round(len(pairs) * held_out_share)) if n_eval else 0
             if cut >= len(pairs):
-                raise ValueError(f"spread_splits: num_eval={num_eval} leaves no train prompt in band {band.name!r}.")
+                raise ValueError(f"{caller}: num_eval={num_eval} leaves no train prompt in band {band.name!r}.")
             held_pairs, train_pairs = pairs[:n_eval], pairs[cut:]
             train_rows = [rng.choice(train_pairs) for _ in range(n_train)]
         else:
@@ -99,21 +114,21 @@ def spread_splits(
                 pair = band.random_pair(rng)
                 if pair not in seen:
                     train_rows.append(pair)
-        train += [(band.name, a, b) for a, b in train_rows]
-        held_out += [(band.name, a, b) for a, b in held_pairs]
+        train += [(band, a, b) for a, b in train_rows]
+        held_out += [(band, a, b) for a, b in held_pairs]
     rng.shuffle(train)
-    return _dataset(train, chat), _dataset(held_out, chat)
+    return train, held_out
 
 
-def _dataset(rows: list[tuple[str, int, int]], chat: bool) -> Dataset:
+def _dataset(rows: list[tuple[Band, int, int]], chat: bool) -> Dataset:
     def prompt(a: int, b: int):
         return [{"role": "user", "content": CHAT_QUESTION.format(a=a, b=b)}] if chat else f"{a}+{b}="
 
     return Dataset.from_dict(
         {
             "prompt": [prompt(a, b) for _, a, b in rows],
-            "answer": [a + b for _, a, b in rows],
-            "band": [band for band, _, _ in rows],
+            "answer": [band.answer(a, b) for band, a, b in rows],
+            "band": [band.name for band, _, _ in rows],
         }
     )
 
