@@ -1,0 +1,60 @@
+"""``trl-zerostd grpo ...`` and ``trl-zerostd rloo ...``: TRL's own ``trl grpo`` / ``trl rloo`` with this package's
+trainer and config.
+
+The same flags as TRL's command (models and datasets from the hub or local, reward functions by name from
+``trl.rewards`` or a dotted import path, ``--config file.yaml``, ``--datasets`` mixtures), plus this package's
+fields; runnable under ``accelerate launch``. The training itself is TRL's script function (``trl.scripts.grpo.main``,
+TRL 1.16), called with the trainer class it imports from ``trl`` set to ours for the call: nothing of TRL's script
+is copied.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from contextlib import contextmanager
+
+import trl
+
+from .config import ZeroStdGRPOConfig, ZeroStdRLOOConfig
+from .grpo import ZeroStdGRPOTrainer
+from .rloo import ZeroStdRLOOTrainer
+
+# command -> (TRL's script module, its script-arguments class, the trainer name its main imports from trl, ours)
+COMMANDS = {
+    "grpo": ("trl.scripts.grpo", "GRPOScriptArguments", "GRPOTrainer", ZeroStdGRPOConfig, ZeroStdGRPOTrainer),
+    "rloo": ("trl.scripts.rloo", "RLOOScriptArguments", "RLOOTrainer", ZeroStdRLOOConfig, ZeroStdRLOOTrainer),
+}
+USAGE = "usage: trl-zerostd {grpo,rloo} [--help] [--config CONFIG.yaml] [TRL's and trl_zerostd's flags]"
+
+
+@contextmanager
+def trainer_named(name: str, trainer_cls: type):
+    """Within the block, ``trl.<name>`` is ``trainer_cls``: what TRL's script function imports when it runs."""
+    original = getattr(trl, name)
+    setattr(trl, name, trainer_cls)
+    try:
+        yield
+    finally:
+        setattr(trl, name, original)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (default ``sys.argv[1:]``): a command, then its flags; train."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        raise SystemExit(f"{USAGE}\ntrl-zerostd: the first argument must be one of {sorted(COMMANDS)}.")
+    command, *flags = argv
+    module_name, script_arguments, trainer_name, config_cls, trainer_cls = COMMANDS[command]
+    script = importlib.import_module(module_name)
+    parser = trl.TrlParser(
+        (getattr(script, script_arguments), config_cls, trl.ModelConfig, trl.DatasetMixtureConfig),
+        prog=f"trl-zerostd {command}",
+    )
+    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(flags)
+    with trainer_named(trainer_name, trainer_cls):
+        script.main(script_args, training_args, model_args, dataset_args)
+
+
+if __name__ == "__main__":
+    main()
