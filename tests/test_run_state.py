@@ -46,3 +46,19 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, t
         after = expected["steps"][3:]
         assert all(step["dynamic_sampling/rounds"] >= 1 for step in after)
         assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0
+
+
+def test_a_resume_with_other_settings_is_refused_and_one_with_the_same_trains_on(make_trainer, tmp_path):
+    """The checkpoint's trl_zerostd settings must be the run's: the prompt stream, skipper and stall monitor were built
+    from the run's own, so a resume under others raises, naming each setting; the same settings resume."""
+    run_dir = str(tmp_path / "run")
+    settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True)
+    make_trainer(**settings).train()
+    checkpoint = f"{run_dir}/checkpoint-1"
+    other = make_trainer(**{**settings, "max_steps": 2, "dynamic_sampling": False, "zero_std_kl": "keep_failed"})
+    with pytest.raises(ValueError, match="dynamic_sampling: this run False, the checkpoint True") as refused:
+        other.train(resume_from_checkpoint=checkpoint)
+    assert "zero_std_kl: this run 'keep_failed', the checkpoint 'mask'" in str(refused.value)
+    same = make_trainer(**{**settings, "max_steps": 2})
+    same.train(resume_from_checkpoint=checkpoint)
+    assert same.state.global_step == 2

@@ -1,10 +1,10 @@
 """What the package logs and keeps across a run: plan metrics, the stall warning, and checkpointed state.
 
 Metrics go through TRL's own metric store (``self._metrics["train"]``), so every tracker TRL reports to gets them.
-A checkpoint carries ``trl_zerostd.json``: the package's settings (resuming restores them) and its running state
-(the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor, the prompt stream of dynamic
-sampling and prompt skipping), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the per-prompt history (two
-bytes a dataset row, too large for JSON) and the exploration probabilities.
+A checkpoint carries ``trl_zerostd.json``: the package's settings (a resume under other settings is refused) and
+its running state (the task-reward range that ``zero_std_kl="keep_failed"`` reads, the stall monitor, the prompt
+stream of dynamic sampling and prompt skipping), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
+per-prompt history (two bytes a dataset row, too large for JSON) and the exploration probabilities.
 """
 
 from __future__ import annotations
@@ -88,11 +88,16 @@ class RunStateMixin:
         }
 
     def _restore_package_state(self, state: dict) -> None:
-        saved = ZeroStdArguments(**state["settings"])
-        changed = {k: v for k, v in asdict(saved).items() if getattr(self.masking, k) != v}
+        # The run's objects (prompt stream, skipper, stall monitor) were built from the run's own settings and
+        # checked against its TRL config: a checkpoint made under other settings cannot be restored into them.
+        saved = asdict(ZeroStdArguments(**state["settings"]))
+        changed = [f"{k}: this run {getattr(self.masking, k)!r}, the checkpoint {v!r}"
+                   for k, v in saved.items() if getattr(self.masking, k) != v]  # fmt: skip
         if changed:
-            logger.warning(f"Resuming with the checkpoint's trl_zerostd settings {changed} (the run's differ).")
-        self.masking = saved
+            raise ValueError(
+                "Resuming from a checkpoint made with other trl_zerostd settings: " + "; ".join(changed) + ". Resume "
+                "with the checkpoint's settings, or start a new run (its state would not match these settings)."
+            )
         self.reward_range = tuple(state["reward_range"]) if state["reward_range"] is not None else None
         self.stall_monitor.load_state_dict(state["stall_monitor"])
         if self.prompt_stream is not None and state.get("prompt_stream") is not None:
