@@ -5,7 +5,7 @@ from trl import GRPOConfig, TrlParser
 
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdRLOOConfig
 from trl_zerostd._compat import check_trl_version
-from trl_zerostd.config import masking_settings
+from trl_zerostd.config import allowed_values, masking_settings
 
 CPU = {
     "report_to": "none",
@@ -22,11 +22,32 @@ def test_defaults(config_cls, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("zero_std_normalization", "drop"), ("zero_std_atol", -1.0), ("zero_std_atol", float("nan"))]
-)
+    ("field", "value"),
+    [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("dynamic_sampling_on_cap", "never"),
+     ("skip_predictor", "oracle"), ("zero_std_atol", -1.0), ("zero_std_atol", float("nan"))],
+)  # fmt: skip
 def test_bad_values_name_the_field(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
+
+
+def test_allowed_values_are_the_literal_types():
+    assert allowed_values() == {
+        "zero_std_normalization": ("keep", "exclude"),
+        "zero_std_kl": ("mask", "keep_failed", "keep"),
+        "dynamic_sampling_on_cap": ("mask", "error"),
+        "skip_predictor": ("streak", "success_rate"),
+    }
+
+
+@pytest.mark.parametrize(("field", "value", "feature"), [
+    ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "success_rate", "skip_zero_std_prompts"),
+    ("skip_history_key", "level", "skip_zero_std_prompts"), ("skip_prior_key", "level", "skip_zero_std_prompts"),
+])  # fmt: skip
+def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):
+    with pytest.raises(ValueError, match=f"{field}={value!r} .*, which is off: set {feature}=True"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
+    ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value, feature: True})  # with it on: accepted
 
 
 def test_plain_trl_config_gets_defaults_and_is_validated(tmp_path):

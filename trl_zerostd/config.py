@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import Literal, get_args, get_origin, get_type_hints
 
 from trl import GRPOConfig, RLOOConfig
-
-from .core import ZERO_STD_KL_MODES
 
 
 @dataclass
@@ -146,27 +144,40 @@ def masking_settings(args) -> ZeroStdArguments:
     return settings
 
 
+# A field set away from its default needs a feature on: (field, the feature, what the field does for it)
+NEEDS = (
+    ("dynamic_sampling_screen", "dynamic_sampling", "screens the prompts of dynamic sampling"),
+    ("skip_predictor", "skip_zero_std_prompts", "sets the predictor of prompt skipping"),
+    ("skip_history_key", "skip_zero_std_prompts", "keys the histories of prompt skipping"),
+    ("skip_prior_key", "skip_zero_std_prompts", "sets the prior of prompt skipping"),
+)
+
+
+def allowed_values() -> dict[str, tuple]:
+    """The allowed values of each field whose type is a ``Literal``, read from its annotation."""
+    hints = get_type_hints(ZeroStdArguments)
+    return {name: get_args(hint) for name, hint in hints.items() if get_origin(hint) is Literal}
+
+
 def validate_settings(settings: ZeroStdArguments) -> None:
-    """Raise ValueError naming the field at fault."""
-    if settings.zero_std_normalization not in ("keep", "exclude"):
-        raise ValueError(
-            f"zero_std_normalization must be 'keep' or 'exclude', got {settings.zero_std_normalization!r}."
-        )
+    """Raise ValueError naming the field at fault: a value outside its ``Literal`` type or its range, a field that
+    needs a feature that is off (``NEEDS``), or two fields that exclude each other."""
+    for name, allowed in allowed_values().items():
+        if getattr(settings, name) not in allowed:
+            raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(settings, name)!r}.")
+    defaults = {f.name: f.default for f in fields(ZeroStdArguments)}
+    for name, feature, role in NEEDS:
+        value = getattr(settings, name)
+        if value != defaults[name] and not getattr(settings, feature):
+            raise ValueError(f"{name}={value!r} {role}, which is off: set {feature}=True, or leave {name} unset.")
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
-    if settings.zero_std_kl not in ZERO_STD_KL_MODES:
-        raise ValueError(f"zero_std_kl must be one of {ZERO_STD_KL_MODES}, got {settings.zero_std_kl!r}.")
     if not settings.dynamic_sampling_max_rounds >= 1:
         raise ValueError(
             "dynamic_sampling_max_rounds must be >= 1 (the first round included), "
             f"got {settings.dynamic_sampling_max_rounds!r}."
         )
     if settings.dynamic_sampling_screen:
-        if not settings.dynamic_sampling:
-            raise ValueError(
-                f"dynamic_sampling_screen={settings.dynamic_sampling_screen!r} screens the prompts of dynamic "
-                "sampling, which is off: set dynamic_sampling=True, or leave dynamic_sampling_screen=0."
-            )
         if not settings.dynamic_sampling_screen >= 2:
             raise ValueError(
                 "dynamic_sampling_screen must be 0 (off) or >= 2 (one completion cannot differ from itself), "
@@ -177,17 +188,6 @@ def validate_settings(settings: ZeroStdArguments) -> None:
                 "dynamic_sampling_screen needs dynamic_sampling_max_rounds >= 2 (a screen, then the rest of its "
                 f"groups), got {settings.dynamic_sampling_max_rounds!r}."
             )
-    if settings.dynamic_sampling_on_cap not in ("mask", "error"):
-        raise ValueError(
-            f"dynamic_sampling_on_cap must be 'mask' or 'error', got {settings.dynamic_sampling_on_cap!r}."
-        )
-    if settings.skip_predictor not in ("streak", "success_rate"):
-        raise ValueError(f"skip_predictor must be 'streak' or 'success_rate', got {settings.skip_predictor!r}.")
-    if settings.skip_predictor != "streak" and not settings.skip_zero_std_prompts:
-        raise ValueError(
-            f"skip_predictor={settings.skip_predictor!r} sets the predictor of prompt skipping, which is off: set "
-            "skip_zero_std_prompts=True, or leave skip_predictor unset."
-        )
     if not 0 <= settings.skip_target_zero_std_frac <= 1:
         raise ValueError(
             "skip_target_zero_std_frac must be in [0, 1] (a share of groups), "
@@ -198,23 +198,12 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             "skip_min_draw_prob must be in (0, 1]: a floor of 0 would drop prompts for good, "
             f"got {settings.skip_min_draw_prob!r}."
         )
-    if settings.skip_history_key is not None and not settings.skip_zero_std_prompts:
+    if settings.skip_prior_key is not None and settings.skip_history_key is not None:
         raise ValueError(
-            f"skip_history_key={settings.skip_history_key!r} keys the histories of prompt skipping, which is off: "
-            "set skip_zero_std_prompts=True, or leave skip_history_key unset."
+            f"skip_prior_key={settings.skip_prior_key!r} with skip_history_key={settings.skip_history_key!r}: "
+            "the prior is for prompts with no history of their own, and skip_history_key pools every prompt of "
+            "a key into one history. Set one of them."
         )
-    if settings.skip_prior_key is not None:
-        if not settings.skip_zero_std_prompts:
-            raise ValueError(
-                f"skip_prior_key={settings.skip_prior_key!r} sets the prior of prompt skipping, which is off: set "
-                "skip_zero_std_prompts=True, or leave skip_prior_key unset."
-            )
-        if settings.skip_history_key is not None:
-            raise ValueError(
-                f"skip_prior_key={settings.skip_prior_key!r} with skip_history_key={settings.skip_history_key!r}: "
-                "the prior is for prompts with no history of their own, and skip_history_key pools every prompt of "
-                "a key into one history. Set one of them."
-            )
 
 
 def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:

@@ -187,8 +187,6 @@ def decide_row_plan(
     ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
     statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``).
     """
-    if zero_std_kl not in ZERO_STD_KL_MODES:
-        raise ValueError(f"zero_std_kl must be one of {ZERO_STD_KL_MODES}, got {zero_std_kl!r}.")
     invalid = truncated | unscorable | rejected
     valid = ~invalid
     if mask_zero_std_groups:
@@ -278,8 +276,6 @@ def plan_loss_rows(role: torch.Tensor, normalization: str) -> LossRows:
     masked (``RowRole.OUT``); rows TRL masks itself stay, as in TRL. At least one row is always kept, so every rank
     runs the same forward and collectives.
     """
-    if normalization not in ("keep", "exclude"):
-        raise ValueError(f"zero_std_normalization must be 'keep' or 'exclude', got {normalization!r}.")
     keep = torch.ones_like(role, dtype=torch.bool) if normalization == "keep" else role != RowRole.OUT
     if not keep.any():
         keep[0] = True
