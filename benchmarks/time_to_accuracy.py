@@ -24,9 +24,11 @@ Runs are cached as JSON in --runs_dir. Writes --table (Markdown) and --plot.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from learning_curves import cumulative
 from runs import report, run_all
@@ -140,6 +142,9 @@ class TimeToAccuracyArguments:
     num_generations: int = field(default=8, metadata={"help": "The task's num_generations."})
     eval_batch_size: int = field(default=200, metadata={"help": "per_device_eval_batch_size of the evaluations."})
     title: str = field(default="Difficulty-spread task")
+    report_only: bool = field(
+        default=False, metadata={"help": "Report the runs already cached, run none (a study made over sessions)."}
+    )
     jobs: int = field(default=2)
     runs_dir: str = field(default="outputs/time_to_accuracy")
     table: str = field(default="docs/time_to_accuracy.md")
@@ -463,7 +468,14 @@ def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
 
 
 def main(args: TimeToAccuracyArguments) -> None:
-    report(run_all(jobs(args), args.jobs), args, summarise, plot)
+    if not args.report_only:
+        report(run_all(jobs(args), args.jobs), args, summarise, plot)
+        return
+    records = [json.loads(Path(job[-1]).read_text()) for job in jobs(args) if Path(job[-1]).exists()]
+    args.arms = [arm for arm in args.arms if any(r["arm"] == arm for r in records)]
+    args.seeds = [seed for seed in args.seeds if any(r["seed"] == seed and r["arm"] == "trl" for r in records)]
+    records = [r for r in records if r["seed"] in args.seeds]
+    report(records, args, summarise, plot)
 
 
 if __name__ == "__main__":
