@@ -44,7 +44,7 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
     )
     task_flags: list[str] = field(default_factory=lambda: ["--config", CONFIG, "--cpu_threads", "1"])
     difficulty_column: str = field(default="level")
-    levels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5"])
+    levels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5", "6"])
     hard_level: str = field(default="3")
     completions_per_step: int = field(default=TASK["per_device_train_batch_size"])
     num_generations: int = field(default=TASK["num_generations"])

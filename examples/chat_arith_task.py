@@ -1,20 +1,21 @@
-"""The real-model task: arithmetic as chat prompts, in five difficulty levels, for SmolLM2-135M-Instruct.
+"""The real-model task: arithmetic as chat prompts, in six difficulty levels, for SmolLM2-135M-Instruct.
 
 Chosen from what the offline model (``examples/real_model.py``) does before training, sampling at temperature 0.7
 with the prompt "What is a + b? Answer with the number only." (the accuracy at the start of each run, per level, is
 in the study's table: ``benchmarks/time_to_accuracy_real.py``, ``docs/time_to_accuracy_real.md``):
 
-=====  ==================  ========  =========================================================================
-level  prompt              prompts   role in a run
-=====  ==================  ========  =========================================================================
-1      a + b, a, b < 10    100       known but rambled (pass@8 ~1.0 at 24 tokens): learned, then mostly solved
-2      a * b, a, b < 10    100       pass@8 ~0.8: learned, partly
-3      ab + c              900       pass@8 ~0.3: learned a little, the edge
-4      ab + cd             8,100     pass@8 ~0.2: mostly out of reach (rare right answers)
-5      abc + def           810,000   out of reach: all-wrong groups
-=====  ==================  ========  =========================================================================
+=====  ==================  ========  =====  ============================================================
+level  prompt              prompts   share  role in a run
+=====  ==================  ========  =====  ============================================================
+1      a + b, a, b < 10    100       15%    known but rambled (pass@8 near 1): learned, then mostly solved
+2      a * b, a, b < 10    100       15%    the same
+3      ab + c              900       20%    learned
+4      ab + cd             8,100     20%    learned, partly
+5      abc + def           810,000   15%    learned a little (its errors at the start are mostly format)
+6      abc * def           810,000   15%    out of reach: all-wrong groups throughout
+=====  ==================  ========  =====  ============================================================
 
-Most errors of the start are not arithmetic: a third to a half of the completions run past 24 tokens in a sentence
+Most errors of the start are not arithmetic: a third to a half of the completions run past 16 tokens in a sentence
 (a truncated completion has no final answer, and gets reward 0: the model learns to answer briefly, as a real run
 learns its output format), and the rest often restate the question with a wrong sum. Every level has many groups of
 G that are all wrong, and the hard levels almost only those: the zero-variance groups this package is for.
@@ -38,11 +39,12 @@ from spread_task import Band, band_counts, log_group_metrics, split_pairs
 LAST_NUMBER = re.compile(r"-?\d+")
 QUESTION = "What is {a} {op} {b}? Answer with the number only."
 LEVELS = (
-    Band("1", 1, 1, 0.2),
-    Band("2", 1, 1, 0.2, op="*"),
+    Band("1", 1, 1, 0.15),
+    Band("2", 1, 1, 0.15, op="*"),
     Band("3", 2, 1, 0.2),
     Band("4", 2, 2, 0.2),
-    Band("5", 3, 3, 0.2),
+    Band("5", 3, 3, 0.15),
+    Band("6", 3, 3, 0.15, op="*"),
 )
 HELD_OUT_PAIR_SHARE = 0.3  # of an enumerable level's distinct prompts, at least, reserved for the held-out split
 

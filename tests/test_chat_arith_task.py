@@ -18,11 +18,12 @@ def operands(row) -> tuple[int, str, int]:
 
 
 def test_levels_shares_operands_and_answers():
-    train, held_out = chat_arith_splits(1000, 150, seed=0)
-    assert len(train) == 1000 and len(held_out) == 150
-    assert collections.Counter(train["level"]) == {"1": 200, "2": 200, "3": 200, "4": 200, "5": 200}
-    assert level_counts(150) == [30, 30, 30, 30, 30]
-    shapes = {"1": ("+", 1, 1), "2": ("*", 1, 1), "3": ("+", 2, 1), "4": ("+", 2, 2), "5": ("+", 3, 3)}
+    train, held_out = chat_arith_splits(1000, 200, seed=0)
+    assert len(train) == 1000 and len(held_out) == 200
+    assert collections.Counter(train["level"]) == {"1": 150, "2": 150, "3": 200, "4": 200, "5": 150, "6": 150}
+    assert level_counts(200) == [30, 30, 40, 40, 30, 30]
+    shapes = {"1": ("+", 1, 1), "2": ("*", 1, 1), "3": ("+", 2, 1), "4": ("+", 2, 2), "5": ("+", 3, 3),
+              "6": ("*", 3, 3)}  # fmt: skip
     for row in [*train.select(range(300)), *held_out]:
         a, op, b = operands(row)
         assert (op, len(str(a)), len(str(b))) == shapes[row["level"]]
@@ -47,7 +48,7 @@ def test_splits_are_deterministic_in_the_seed():
 
 def test_too_many_held_out_prompts_for_a_level_is_refused():
     with pytest.raises(ValueError, match="num_eval"):
-        chat_arith_splits(100, 500, seed=0)  # 100 held-out prompts of level 1, which has 100 in all
+        chat_arith_splits(100, 700, seed=0)  # 105 held-out prompts of level 1, which has 100 in all
 
 
 def test_final_answer_is_the_last_integer():

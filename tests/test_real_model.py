@@ -149,17 +149,17 @@ def test_make_train_real_config_trains_and_evaluates_held_out(smollm2_dir, tmp_p
 
     argv = [
         "--config", "examples/configs/smollm2_chat_arith.yaml", "--model_name_or_path", smollm2_dir,
-        "--output_dir", str(tmp_path), "--max_steps", "1", "--eval_steps", "1", "--num_eval_prompts", "5",
+        "--output_dir", str(tmp_path), "--max_steps", "1", "--eval_steps", "1", "--num_eval_prompts", "6",
         "--num_generations_eval", "2", "--per_device_eval_batch_size", "10", "--per_device_train_batch_size", "16",
         "--num_prompts", "40", "--plot", "false",
     ]  # fmt: skip
     trainer = run(ZeroStdGRPOTrainer, ZeroStdGRPOConfig, argv)
     evaluations = [entry for entry in trainer.state.log_history if "eval_reward" in entry]
     assert [entry["step"] for entry in evaluations] == [0, 1]
-    assert {f"eval_level/{level}/accuracy" for level in "12345"} <= set(evaluations[0])
+    assert {f"eval_level/{level}/accuracy" for level in "123456"} <= set(evaluations[0])
     assert all("reward" not in entry for entry in evaluations)  # the step's training metrics stay in its own entry
     assert trainer.args.eval_strategy == "no" and trainer.eval_dataset is None  # TRL's own evaluation is off
-    _, held_out = chat_arith_splits(40, 5, seed=trainer.args.seed)
+    _, held_out = chat_arith_splits(40, 6, seed=trainer.args.seed)
     assert trainer.train_dataset["level"] and not set(map(str, trainer.train_dataset["prompt"])) & set(
         map(str, held_out["prompt"])
     )
