@@ -2,7 +2,7 @@
 
 Chosen from what the offline model (``examples/real_model.py``) does before training, sampling at temperature 0.7
 with the prompt "What is a + b? Answer with the number only." (the accuracy at the start of each run, per level, is
-in the study's table: ``benchmarks/time_to_accuracy_real.py``, ``docs/time_to_accuracy_real.md``):
+on ``docs/studies/real_model.md``, with ``benchmarks/real_task_levels.py``):
 
 =====  ==================  ========  =====  ============================================================
 level  prompt              prompts   share  role in a run

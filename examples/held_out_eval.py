@@ -9,7 +9,9 @@ summed over the functions, mean over samples) and every metric the reward functi
 on TRL's own schedule (``eval_steps``, ``eval_on_start``), with TRL's own evaluation switched off.
 
 Sampling runs under a forked RNG seeded with ``seed + global_step``: an evaluation neither consumes the training
-RNG nor depends on it, so every arm of a study is evaluated on samples drawn alike.
+RNG nor depends on it, so every arm of a study is evaluated on samples drawn alike. Made for one-process runs (the
+examples' CPU runs): under data parallelism every process would evaluate every row. Sampling settings are TRL's
+``temperature``, ``top_p`` and ``top_k``.
 """
 
 from __future__ import annotations
