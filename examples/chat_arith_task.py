@@ -1,18 +1,18 @@
 """The real-model task: arithmetic as chat prompts, in six difficulty levels, for SmolLM2-135M-Instruct.
 
 Chosen from what the offline model (``examples/real_model.py``) does before training, sampling at temperature 0.7
-with the prompt "What is a + b? Answer with the number only." (the accuracy at the start of each run, per level, is
-on ``docs/studies/real_model.md``, with ``benchmarks/real_task_levels.py``):
+with the prompt "What is a + b? Answer with the number only." (``benchmarks/real_task_levels.py``); the accuracies
+are the mean of base TRL's 3 seeds in ``docs/studies/real_model.md`` (``make train-real``'s config):
 
 =====  ==================  ========  =====  ============================================================
-level  prompt              prompts   share  role in a run
+level  prompt              prompts   share  base TRL's held-out accuracy in a run (start -> step 40)
 =====  ==================  ========  =====  ============================================================
-1      a + b, a, b < 10    100       15%    known but rambled (pass@8 near 1): learned, then mostly solved
-2      a * b, a, b < 10    100       15%    the same
-3      ab + c              900       20%    learned
-4      ab + cd             8,100     20%    learned, partly
-5      abc + def           810,000   15%    learned a little (its errors at the start are mostly format)
-6      abc * def           810,000   15%    out of reach: all-wrong groups throughout
+1      a + b, a, b < 10    100       15%    0.31 -> 0.91: known but rambled about, then mostly solved
+2      a * b, a, b < 10    100       15%    0.24 -> 0.86
+3      ab + c              900       20%    0.08 -> 0.64: learned
+4      ab + cd             8,100     20%    0.06 -> 0.59: learned, partly
+5      abc + def           810,000   15%    0.00 -> 0.17: learned a little
+6      abc * def           810,000   15%    0.00 -> 0.00: out of reach, all-wrong groups throughout
 =====  ==================  ========  =====  ============================================================
 
 Most errors of the start are not arithmetic: a third to a half of the completions run past 16 tokens in a sentence

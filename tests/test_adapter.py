@@ -4,7 +4,6 @@ calls that needs. GRPO is the vehicle; RLOO shares the code."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -31,8 +30,6 @@ from conftest import (
 )
 from peft import LoraConfig
 from skip_compute import ForwardCounter
-
-from trl_zerostd._run_state import STATE_FILE
 
 
 def micro_batches(trainer, prompts, completions, steps):
@@ -149,21 +146,6 @@ def test_peft_lora_reference_is_the_base_model(make_trainer):
     assert grad_norm({k: v for k, v in base_tied.items() if "lora" in k}) > 1e-4
     assert_all_zero(ours_tied)
     ours.train()  # and a real LoRA training step runs
-
-
-def test_resume_restores_the_package_settings(make_trainer):
-    trainer = make_trainer(
-        max_steps=2, save_strategy="steps", save_steps=1, zero_std_normalization="exclude", zero_std_atol=0.25
-    )
-    trainer.train()
-    checkpoint = f"{trainer.args.output_dir}/checkpoint-1"
-    with open(f"{checkpoint}/{STATE_FILE}") as f:
-        assert json.load(f)["settings"]["zero_std_normalization"] == "exclude"
-    resumed = make_trainer(max_steps=3)
-    assert resumed.masking.zero_std_normalization == "keep"
-    resumed.train(resume_from_checkpoint=checkpoint)
-    assert (resumed.masking.zero_std_normalization, resumed.masking.zero_std_atol) == ("exclude", 0.25)
-    assert resumed.state.global_step == 3
 
 
 def test_reward_function_with_wrong_number_of_values_is_named(make_trainer):
