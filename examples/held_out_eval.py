@@ -1,8 +1,7 @@
 """Held-out accuracy by sampling alone: the evaluation of an RL run that a CPU can afford on a real model.
 
 TRL's evaluation runs a training batch's whole path on every held-out row: generation, the reference forward and
-the loss forward, about four times the cost of generating on SmolLM2-135M (measured: 7 s to generate 32 completions,
-15 s for their two forwards). ``SampledEvaluation`` only samples ``num_generations_eval`` completions of each held-out
+the loss forward. ``SampledEvaluation`` only samples ``num_generations_eval`` completions of each held-out
 prompt with the model's own ``generate``, at the training temperature, scores them with the trainer's reward
 functions, and logs through the trainer what TRL's evaluation logs for them: ``eval_reward`` (the weighted reward
 summed over the functions, mean over samples) and every metric the reward functions log (``eval_<name>``). It runs
