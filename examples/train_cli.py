@@ -136,9 +136,9 @@ class ScriptArguments:
     eval_by_sampling: bool = field(
         default=False,
         metadata={
-            "help": "Evaluate on the held-out split by sampling alone (held_out_eval.py: generation and reward, without "
-            "TRL's reference and loss forwards), on TRL's schedule (--eval_strategy steps, "
-            "--eval_steps, --eval_on_start), with --num_generations_eval samples a prompt."
+            "help": "Evaluate on the held-out split by sampling alone (held_out_eval.py: generation and reward, "
+            "without TRL's reference and loss forwards), on TRL's schedule (--eval_strategy steps, --eval_steps, "
+            "--eval_on_start), with --num_generations_eval samples a prompt."
         },
     )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
