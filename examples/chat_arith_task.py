@@ -15,7 +15,7 @@ level  prompt              prompts   share  base TRL's held-out accuracy in a ru
 6      abc * def           810,000   15%    0.00 -> 0.00: out of reach, all-wrong groups throughout
 =====  ==================  ========  =====  ============================================================
 
-Most errors of the start are not arithmetic: a third to a half of the completions run past 16 tokens in a sentence
+Most errors of the start are not arithmetic: half or more of the completions run past 16 tokens in a sentence
 (a truncated completion has no final answer, and gets reward 0: the model learns to answer briefly, as a real run
 learns its output format), and the rest often restate the question with a wrong sum. Every level has many groups of
 G that are all wrong, and the hard levels almost only those: the zero-variance groups this package is for.
