@@ -35,6 +35,7 @@ class LevelArguments:
 
 def main(args: LevelArguments) -> None:
     from chat_arith_task import LEVELS, FinalAnswerReward, chat_arith_splits, stop_token_ids
+    from held_out_eval import completion_ids
     from real_model import smollm2_folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -59,10 +60,7 @@ def main(args: LevelArguments) -> None:
         with torch.no_grad():
             output = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=True,
                                     temperature=temperature, top_k=0, top_p=1.0)  # fmt: skip
-        ids = []
-        for row in output[:, encoded["input_ids"].shape[1] :].tolist():
-            end = next((i for i, token in enumerate(row) if token in stops), None)
-            ids.append(row if end is None else row[: end + 1])
+        ids = completion_ids(output[:, encoded["input_ids"].shape[1] :].tolist(), stops)
         completions = [[{"role": "assistant", "content": text}] for text in tokenizer.batch_decode(ids, True)]
         scores = reward(completions, ids, [r["answer"] for r in rows], [r["level"] for r in rows], texts)
         groups = [scores[i : i + args.samples] for i in range(0, len(scores), args.samples)]

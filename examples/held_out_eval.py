@@ -88,12 +88,7 @@ class SampledEvaluation(TrainerCallback):
             top_k=args.top_k or 0,
             pad_token_id=tokenizer.pad_token_id,
         )
-        stops = set(trainer.eos_token_ids)
-        completions = []
-        for row in output[:, encoded["input_ids"].shape[1] :].tolist():
-            end = next((i for i, token in enumerate(row) if token in stops), None)
-            completions.append(row if end is None else row[: end + 1])
-        return completions
+        return completion_ids(output[:, encoded["input_ids"].shape[1] :].tolist(), trainer.eos_token_ids)
 
     def _score(self, batch: list[dict], completion_ids: list[list[int]], logged: dict) -> list[float]:
         """Each row's weighted reward, summed over the trainer's reward functions; their metrics into ``logged``."""
@@ -115,3 +110,12 @@ class SampledEvaluation(TrainerCallback):
             )
             total += weight * torch.tensor([float("nan") if v is None else v for v in values])
         return total.tolist()
+
+
+def completion_ids(generated: list[list[int]], stop_token_ids) -> list[list[int]]:
+    """Each generated row up to and with its first stop token (all of it where none came: it ran out of tokens)."""
+    stops, completions = set(stop_token_ids), []
+    for row in generated:
+        end = next((i for i, token in enumerate(row) if token in stops), None)
+        completions.append(row if end is None else row[: end + 1])
+    return completions
