@@ -37,19 +37,25 @@ def tallying(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.precision_tally = Counter()
+            skipper = self.zero_std.skipper
+            record_batch = skipper.record_batch
 
-        def _record_outcomes(self, pool):
-            skipper, keys = self.prompt_skipper, list(pool.keys)
-            if skipper.rates is not None:
-                predicted = skipper.rates.informative_prob(torch.tensor(keys, dtype=torch.long))
-                states = [BINS[min(int(p * len(BINS)), len(BINS) - 1)] for p in predicted.tolist()]
-            else:
-                kinds, streaks = skipper.history.kind[keys].tolist(), skipper.history.streak[keys].tolist()
-                states = [STATES[0] if streak == 0 else STATES[1 + kind] for kind, streak in zip(kinds, streaks)]
-            super()._record_outcomes(pool)
-            half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
-            for state, outcome in zip(states, skipper.history.kind[keys].tolist()):
-                self.precision_tally[(half, state, outcome == 0)] += 1
+            def tallied(parts, *args, **kwargs):
+                keys = list(parts[0].keys)  # the whole groups (tied screens, if any, come after)
+                rates = getattr(skipper.predictor, "rates", None)
+                if rates is not None:
+                    predicted = rates.informative_prob(torch.tensor(keys, dtype=torch.long))
+                    states = [BINS[min(int(p * len(BINS)), len(BINS) - 1)] for p in predicted.tolist()]
+                else:
+                    kinds, streaks = skipper.history.kind[keys].tolist(), skipper.history.streak[keys].tolist()
+                    states = [STATES[0] if streak == 0 else STATES[1 + kind] for kind, streak in zip(kinds, streaks)]
+                metrics = record_batch(parts, *args, **kwargs)
+                half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
+                for state, outcome in zip(states, skipper.history.kind[keys].tolist()):
+                    self.precision_tally[(half, state, outcome == 0)] += 1
+                return metrics
+
+            skipper.record_batch = tallied
 
     PrecisionTallied.__name__ = trainer_cls.__name__
     return PrecisionTallied

@@ -166,16 +166,17 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         "sharded": any(hasattr(p, "full_tensor") for p in trainer.model.parameters()),  # FSDP2's DTensor shards
         "distributed_type": str(trainer.accelerator.distributed_type),
     }
-    skipper = getattr(trainer, "prompt_skipper", None)
+    skipper = trainer.zero_std.skipper
     if skipper is not None:
         slots = range(len(skipper.history.kind))
         if skipper.hashed is not None:  # the slots in use, by the key that holds each
             slots = skipper.hashed.keys.nonzero().view(-1).tolist()
             result["skip_keys"] = skipper.hashed.keys[slots].tolist()
         result["skip_history"] = {
-            "kind": skipper.history.kind[slots].tolist(), "streak": skipper.history.streak[slots].tolist()
+            "kind": skipper.history.kind[slots].tolist(),
+            "streak": skipper.history.streak[slots].tolist(),
         }
-        result["explore_probs"] = skipper.explore.state_dict()
+        result["explore_probs"] = skipper.predictor.explore.state_dict()
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
@@ -185,4 +186,6 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    end_run(main(*sys.argv[1:]))  # as the example scripts end: no abort at exit (train_cli.end_run)
+    accelerator = main(*sys.argv[1:])
+    if os.environ.get("ZEROSTD_WORKER_END_RUN", "1") == "1":  # "0": a user's script, ended by our exit handler
+        end_run(accelerator)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ORDER = [
-    "tests/test_core.py", "tests/test_estimators.py", "tests/test_sampling.py", "tests/test_skipping.py",
-    "tests/test_monitor.py",
+    "tests/test_core.py", "tests/test_estimators.py", "tests/test_sampling.py", "tests/test_predictors.py",
+    "tests/test_skipping.py", "tests/test_monitor.py",
     "tests/test_grpo.py", "tests/test_rloo.py", "tests/test_adapter.py", "tests/test_refill.py",
-    "tests/test_config.py", "tests/test_distributed.py",
+    "tests/test_config.py", "tests/test_state.py", "tests/test_distributed.py",
 ]  # fmt: skip
 
 MUTATIONS = [  # (label, file, original, mutant)
@@ -144,15 +144,15 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "adapter: the completions table keeps TRL's advantages",
-        "_run_state.py",
+        "_adapter.py",
         "        logged.extend(advantages.tolist())\n",
         "        pass\n",
     ),
     (
         "loss: a MoE aux loss of an all-masked rank keeps its weight",
         "_loss.py",
-        "            aux_loss = 0.0 * aux_loss\n",
-        "            pass\n",
+        "        aux_loss = 0.0 * aux_loss\n",
+        "        pass\n",
     ),
     (
         "loss: KL-only rows get an entropy bonus",
@@ -160,8 +160,18 @@ MUTATIONS = [  # (label, file, original, mutant)
         "torch.where(kl_only, entropies.detach(), entropies)",
         "entropies",
     ),
-    ("loss: exclude drops nothing", "_loss.py", "        if len(kept) < len(role):\n", "        if False:\n"),
-    ("loss: untrained steps counted as trained", "_loss.py", "append(float(total == 0))", "append(float(total != 0))"),
+    (
+        "loss: exclude drops nothing",
+        "_adapter.py",
+        "        if len(kept) < len(role):\n",
+        "        if False:\n",
+    ),
+    (
+        "loss: untrained steps counted as trained",
+        "_adapter.py",
+        '"zero_std/untrained_step_frac": float(total == 0)',
+        '"zero_std/untrained_step_frac": float(total != 0)',
+    ),
     (
         "grpo: placeholders keep TRL's reference log-probs",
         "grpo.py",
@@ -171,7 +181,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "grpo: bnpo keep loses the masked rows' tokens",
         "grpo.py",
-        'if self.loss_type == "bnpo" and self.masking.zero_std_normalization == "keep":',
+        'if self.loss_type == "bnpo" and self.zero_std.settings.zero_std_normalization == "keep":',
         "if False:",
     ),
     (
@@ -194,19 +204,19 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "skipping: a new outcome does not restart the streak",
-        "skipping.py",
+        "predictors.py",
         "if same else 1",
         "if same else int(self.streak[row]) + 1",
     ),
     (
         "skipping: no floor on the draw probability",
-        "skipping.py",
+        "predictors.py",
         "return probs.clamp(min=self.min_draw_prob)",
         "return probs",
     ),
     (
         "skipping: p moves away from the target",
-        "skipping.py",
+        "predictors.py",
         "(EXPLORE_STEP if share <= self.target / 2 else -EXPLORE_STEP)",
         "(-EXPLORE_STEP if share <= self.target / 2 else EXPLORE_STEP)",
     ),
@@ -231,50 +241,55 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "skipping: the prior is not applied to prompts never drawn",
-        "skipping.py",
+        "predictors.py",
         "torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)",
         "probs",
     ),
-    ("skipping: the prior's counts never decay", "skipping.py", "self.counts *= PRIOR_DECAY", "self.counts *= 1.0"),
+    (
+        "skipping: the prior's counts never decay",
+        "predictors.py",
+        "self.counts *= PRIOR_DECAY",
+        "self.counts *= 1.0",
+    ),
     (
         "skipping: the prior's rates not relative to the best group's",
-        "skipping.py",
+        "predictors.py",
         "relative = rate / best if best > 0 else torch.ones_like(rate)",
         "relative = rate",
     ),
     (
         "skipping: the prior's counts not restored",
-        "skipping.py",
+        "predictors.py",
         'self.prior.counts = state["prior"]["counts"].to(torch.float64)',
         "pass",
     ),
     (
         "refill: skip_prior_key not passed to the skipper",
-        "_refill.py",
+        "state.py",
         "prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],",
         "prior_groups=None,",
     ),
     (
         "skipping: controller steered by one batch's share",
-        "skipping.py",
+        "predictors.py",
         "SHARE_DECAY = 0.9",
         "SHARE_DECAY = 0.0",
     ),
     (
         "refill: outcomes never recorded",
-        "_refill.py",
-        "        self.prompt_skipper.record(keys, outcomes, successes, rows)\n",
-        "        pass\n",
+        "refill.py",
+        "            metrics.update(self._record_outcomes(pool, host, reward_range))\n",
+        "            pass\n",
     ),
     (
         "refill: a tied screen is completed",
-        "_refill.py",
+        "refill.py",
         "                        if passes:\n",
         "                        if True:\n",
     ),
     (
         "refill: a tied screen not in the skip history",
-        "_refill.py",
+        "refill.py",
         "        if pool.tied_screens:\n",
         "        if False:\n",
     ),
@@ -296,25 +311,40 @@ MUTATIONS = [  # (label, file, original, mutant)
         "level.masked_fill(~valid, 0.0)",
         "level.nan_to_num(0.0)",
     ),
-    ("skipping: a prompt's earlier groups never fade", "skipping.py", "SUCCESS_DECAY = 0.5", "SUCCESS_DECAY = 1.0"),
+    (
+        "skipping: a prompt's earlier groups never fade",
+        "predictors.py",
+        "SUCCESS_DECAY = 0.5",
+        "SUCCESS_DECAY = 1.0",
+    ),
     (
         "skipping: the success rate ignores its group's rate",
-        "skipping.py",
+        "predictors.py",
         "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]",
         "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots",
     ),
     (
         "skipping: success-rate draws not relative to the best group",
-        "skipping.py",
+        "predictors.py",
         "((self.informative_prob(slots) / best) ** DRAW_POWER)",
         "(self.informative_prob(slots) ** DRAW_POWER)",
     ),
-    ("skipping: an evicted slot keeps its success rate", "skipping.py", "self.rates.clear(taken)", "pass"),
-    ("skipping: success rates not restored", "skipping.py", 'self.rates.load_state_dict(state["rates"])', "pass"),
+    (
+        "skipping: an evicted slot keeps its success rate",
+        "predictors.py",
+        "        self.rates.clear(slots)\n",
+        "        pass\n",
+    ),
+    (
+        "skipping: success rates not restored",
+        "predictors.py",
+        'self.rates.load_state_dict(state["rates"])',
+        "pass",
+    ),
     (
         "refill: the success_rate predictor not passed to the skipper",
-        "_refill.py",
-        'rate_group_size = self.num_generations if self.masking.skip_predictor == "success_rate" else None',
+        "state.py",
+        'rate_group_size = num_generations if settings.skip_predictor == "success_rate" else None',
         "rate_group_size = None",
     ),
     (
@@ -322,6 +352,25 @@ MUTATIONS = [  # (label, file, original, mutant)
         "monitor.py",
         "if self.untrained_run >= self.patience:",
         "if self.untrained_run > self.patience:",
+    ),
+    (
+        "sampling: a screen round ignores the prompts still waiting",
+        "sampling.py",
+        "shortfall = missing - count - continued_prompts(waiting - count, batch_groups, world_size, G - screen)",
+        "shortfall = missing - count",
+    ),
+    (
+        "skipping: a batch's rewards do not widen the range its outcomes are decided by",
+        "skipping.py",
+        "low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)",
+        "low_high = reward_range or (0, 0)",
+    ),
+    ("state: a resume under other settings adopts them", "state.py", "        if changed:\n", "        if False:\n"),
+    (
+        "state: the batch does not widen the reward range",
+        "state.py",
+        "self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))",
+        "self.reward_range = self.reward_range",
     ),
 ]
 

@@ -1,4 +1,4 @@
-"""Worker of tests/test_run_state.py: 6 steps of real generation (the tiny model's own ``generate``) with a checkpoint
+"""Worker of tests/test_state.py: 6 steps of real generation (the tiny model's own ``generate``) with a checkpoint
 at step 3, in one of three modes, launched as a subprocess (``accelerate launch`` for 2 processes):
 
 - ``full``: the uninterrupted run;

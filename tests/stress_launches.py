@@ -5,6 +5,8 @@ both trainers, masking on/off, dynamic sampling and prompt skipping, and count t
     python tests/stress_launches.py --launches 50          # about 7 minutes on 2 CPU cores
     python tests/stress_launches.py --launches 10 --kinds ddp-grpo-masking fsdp2-rloo-noskip
     python tests/stress_launches.py --launches 20 --kinds torch-gloo-no-destroy torch-gloo-destroy
+    python tests/stress_launches.py --launches 52 --kinds user-ddp-grpo-skipping user-ddp-rloo-masking \
+        user-fsdp2-grpo user-zero3-grpo    # scripts without end_run: the trainer's exit handler alone
 
 The two ``torch-gloo-*`` kinds run no TRL and no code of this package: a gloo all-gather over 2 processes, then exit
 with or without ``torch.distributed.destroy_process_group()``; they show where the abort comes from.
@@ -47,6 +49,14 @@ KINDS = {
     "zero3-grpo": (ZERO3, ["grpo", "masking"], ZERO3_ENV),
     "zero3-rloo": (ZERO3, ["rloo", "masking"], ZERO3_ENV),
 }
+NO_END_RUN = {"ZEROSTD_WORKER_END_RUN": "0"}  # a user's script: no end_run, our trainer's exit handler alone
+USER_KINDS = {
+    "user-ddp-grpo-skipping": (DDP, ["grpo", "skipping"], NO_END_RUN),
+    "user-ddp-rloo-masking": (DDP, ["rloo", "masking"], NO_END_RUN),
+    "user-fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours", "skip"], {**FSDP_ENV, **NO_END_RUN}),
+    "user-zero3-grpo": (ZERO3, ["grpo", "masking"], {**ZERO3_ENV, **NO_END_RUN}),
+    "user-ddp-base-trl": (DDP, ["grpo", "masking", "base"], NO_END_RUN),  # TRL's trainer: no handler (control)
+}
 TORCH_KINDS = {  # not in the default --kinds: plain torch, this file as the worker
     "torch-gloo-no-destroy": (DDP, ["--gloo-worker", "no-destroy"], {}),
     "torch-gloo-destroy": (DDP, ["--gloo-worker", "destroy"], {}),
@@ -65,7 +75,7 @@ def launch(kind: str, model_dir: str, out_dir: str, timeout_s: int) -> tuple[int
         script = [str(EXAMPLES / "train_grpo.py"), "--output_dir", out_dir, "--max_steps", "2", "--plot", "false",
                   "--warm_start_steps", "0", "--num_prompts", "64", "--per_device_train_batch_size", "16"]  # fmt: skip
     else:
-        flags, worker_args, env = KINDS[kind]
+        flags, worker_args, env = {**KINDS, **USER_KINDS}[kind]
         script = [str(WORKER), model_dir, out_dir, *worker_args]
     command = [
         sys.executable, "-m", "accelerate.commands.launch", *flags, "--num_processes", "2", "--mixed_precision", "no",
@@ -101,7 +111,7 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=50, help="Launches in all, cycling over --kinds.")
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=[*KINDS, *TORCH_KINDS])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=[*KINDS, *USER_KINDS, *TORCH_KINDS])
     parser.add_argument("--timeout", type=int, default=300, help="Seconds before one launch counts as hung.")
     args = parser.parse_args()
     sys.path[:0] = [str(TESTS), str(EXAMPLES)]

@@ -1,9 +1,10 @@
-"""The shared trainer plumbing (``_masking.py``) in the wider TRL setup: accumulation, several iterations per
+"""The shared trainer plumbing (``_adapter.py``) in the wider TRL setup: accumulation, several iterations per
 generation, PEFT, checkpoint and resume, bad reward output, masked rows skipping the scoring forwards and the reward
 calls that needs. GRPO is the vehicle; RLOO shares the code."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ from conftest import (
 )
 from peft import LoraConfig
 from skip_compute import ForwardCounter
+
+from trl_zerostd import ZeroStdGRPOTrainer, ZeroStdRLOOTrainer
+from trl_zerostd._hooks import TrainerHooks
 
 
 def micro_batches(trainer, prompts, completions, steps):
@@ -432,7 +436,7 @@ def test_a_trainer_built_without_init_falls_back_to_trl(make_trainer, kind):
     base = stub_generation(make_trainer(kind, ours=False), answer_or_not)
     move_policy_away(base.model)
     bare = object.__new__(OUR_CLASSES[kind][0])
-    bare.__dict__.update(base.__dict__)  # TRL's state only: no _init_row_plan
+    bare.__dict__.update(base.__dict__)  # TRL's state only: no _init_zero_std
     base.model.train()
     rows = rows_of(base, MIXED_PROMPTS)
     expected, actual = base._generate_and_score_completions(rows), bare._generate_and_score_completions(rows)
@@ -443,3 +447,12 @@ def test_a_trainer_built_without_init_falls_back_to_trl(make_trainer, kind):
     actual_loss, actual_grads = loss_and_grads(bare, actual)
     torch.testing.assert_close(actual_loss, expected_loss)
     assert_grads_close(actual_grads, expected_grads)
+
+
+@pytest.mark.parametrize("trainer_class", [ZeroStdGRPOTrainer, ZeroStdRLOOTrainer])
+def test_each_trainer_implements_every_hook_itself(trainer_class):
+    """The adapter's hooks (``_hooks.TrainerHooks``) have no defaults: each trainer says what it does for each."""
+    hooks = [name for name, value in vars(TrainerHooks).items() if inspect.isfunction(value) and name[1] != "_"]
+    assert len(hooks) == 10
+    missing = [name for name in hooks if name not in vars(trainer_class)]
+    assert missing == []

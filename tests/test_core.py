@@ -367,3 +367,32 @@ def test_rejected_rows():
     assert core.rejected_rows(old, sampling, mask, None, 3.0).tolist() == [False, True, False, False]
     assert core.rejected_rows(old, sampling, mask, 0.5, None).tolist() == [False, False, True, True]
     assert not core.rejected_rows(old, sampling, mask, None, None).any()
+
+
+def test_check_groups_share_prompt_names_the_first_mixed_group():
+    core.check_groups_share_prompt(["a", "a", "b", "b"], 2)
+    with pytest.raises(ValueError, match=r"Group\(s\) \[1\] .*rows 2\.\.3.*num_generations=2"):
+        core.check_groups_share_prompt(["a", "a", "b", "c"], 2)
+
+
+def test_plan_metrics_are_shares_of_groups_rows_and_tokens():
+    """Groups of 2: tied low, tied high, mixed, and one with a truncated row (tied over its one valid row)."""
+    rewards = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    truncated = torch.tensor([False] * 7 + [True])
+    no = torch.zeros(8, dtype=torch.bool)
+    plan = core.decide_row_plan(rewards, 2, truncated=truncated, unscorable=no, rejected=no, zero_std_kl="keep_failed",
+                                reward_range=(0.0, 1.0))  # fmt: skip
+    tokens = torch.tensor([1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 3.0, 1.0])
+    metrics = core.plan_metrics(plan, tokens, "keep_failed")
+    assert metrics == pytest.approx({
+        "zero_std/masked_group_frac": 0.75,
+        "zero_std/all_low_group_frac": 0.25,
+        "zero_std/all_high_group_frac": 0.5,
+        "zero_std/masked_token_frac": (1 + 1 + 2 + 2 + 3) / 12,
+        "zero_std/kl_kept_row_frac": 2 / 8,
+        "masked/row_frac/zero_std": 5 / 8,
+        "masked/row_frac/truncated": 1 / 8,
+        "masked/row_frac/unscorable": 0.0,
+        "masked/row_frac/rejected": 0.0,
+    })  # fmt: skip
+    assert "zero_std/kl_kept_row_frac" not in core.plan_metrics(plan, tokens, "mask")

@@ -5,6 +5,7 @@ training config (``tests/dp_worker.py``). The global batch is two groups of 4, o
 """
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -36,15 +37,17 @@ def two_process_command(*script: str) -> list[str]:
     ]  # fmt: skip
 
 
-def launch(model_dir, out_dir, kind, scenario, num_processes=2):
-    """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results."""
+def launch(model_dir, out_dir, kind, scenario, num_processes=2, end_run=True):
+    """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results. Without
+    ``end_run`` the worker ends as a user's script would, the trainer's exit handler alone ending the group."""
     out_dir.mkdir()
     if num_processes == 1:
         run_worker(model_dir, str(out_dir), kind, scenario)
     else:
         assert num_processes == 2
         command = two_process_command(str(WORKER), model_dir, str(out_dir), kind, scenario)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        env = {**os.environ, "ZEROSTD_WORKER_END_RUN": "1" if end_run else "0"}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env)
         assert done.returncode == 0, done.stderr[-4000:]
     results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
     assert [r["world_size"] for r in results] == [num_processes] * num_processes
@@ -97,7 +100,7 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir,
 def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scenario):
     """Every rank records the same outcome per prompt and takes the same skip decisions as one process (a streaming
     dataset: every rank reads the same rows and keys their histories by the same hashes)."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", scenario)
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", scenario, end_run=False)
     single = launch(tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)
     for result in ranks:

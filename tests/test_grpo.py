@@ -304,8 +304,11 @@ def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_
         args=args,
         train_dataset=make_trainer().train_dataset,
     )
-    assert (trainer.masking.mask_zero_std_groups, trainer.masking.zero_std_normalization) == (True, "keep")
-    assert trainer.masking.zero_std_atol == 1e-6 and trainer.masking.exclude_masked_from_baseline
+    assert (trainer.zero_std.settings.mask_zero_std_groups, trainer.zero_std.settings.zero_std_normalization) == (
+        True,
+        "keep",
+    )
+    assert trainer.zero_std.settings.zero_std_atol == 1e-6 and trainer.zero_std.settings.exclude_masked_from_baseline
 
 
 def test_completions_table_shows_the_advantages_that_train(make_trainer):
@@ -450,7 +453,7 @@ THREE_PROMPTS = ["1+1=", "1+1=", "2+3="]  # failed, all-correct (TIED), informat
 
 
 def three_groups(trainer):
-    trainer.reward_range = (0.0, 1.0)  # as seen earlier in training
+    trainer.zero_std.reward_range = (0.0, 1.0)  # as seen earlier in training
     return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
 
 
@@ -461,7 +464,7 @@ def test_keep_failed_trains_the_failed_group_on_its_kl_term_only(make_trainer):
     base = make_trainer(ours=False, beta=0.1)
     for trainer in (base, ours):
         move_policy_away(trainer.model)
-    ours.reward_range = (0.0, 1.0)
+    ours.zero_std.reward_range = (0.0, 1.0)
     _, base_grads = loss_and_grads(base, train_batch(base, ["1+1="], FAILED))
     failed_batch = train_batch(ours, ["1+1="], FAILED)
     _, ours_grads = loss_and_grads(ours, failed_batch)

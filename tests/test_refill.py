@@ -1,4 +1,4 @@
-"""Dynamic sampling and prompt skipping through the trainers (``trl_zerostd/_refill.py``): refill rounds, the cap,
+"""Dynamic sampling and prompt skipping through the trainers (``trl_zerostd/refill.py``): refill rounds, the cap,
 reproducibility, resume, eval identity, the trained batch against TRL's on the same groups, skip decisions and the
 per-prompt history."""
 
@@ -20,9 +20,9 @@ from conftest import (
     train_batch,
 )
 
-from trl_zerostd._run_state import SKIP_STATE_FILE, STATE_FILE
 from trl_zerostd.sampling import PromptStream
 from trl_zerostd.skipping import Outcome, history_key
+from trl_zerostd.state import SKIP_STATE_FILE, STATE_FILE
 
 DATA = ["1+1=", "2+3=", "4+4=", "3+5="]  # "1+1=" is always answered right: a tied group; the others are informative
 DYNAMIC = {"dynamic_sampling": True, "beta": 0.1}
@@ -136,8 +136,8 @@ def test_resume_restores_the_prompt_stream(make_trainer, screen):
     resumed = make_trainer(prompts=DATA, max_steps=2, dynamic_sampling_screen=screen, **DYNAMIC)
     stub_generation(resumed, tied_or_informative)
     resumed.train(resume_from_checkpoint=checkpoint)
-    assert resumed.prompt_stream.state_dict() == trainer.prompt_stream.state_dict()
-    assert resumed.informative_history == trainer.informative_history
+    assert resumed.zero_std.refiller.stream.state_dict() == trainer.zero_std.refiller.stream.state_dict()
+    assert resumed.zero_std.refiller.informative_history == trainer.zero_std.refiller.informative_history
     for resumed_parameter, parameter in zip(resumed.model.parameters(), trainer.model.parameters(), strict=True):
         torch.testing.assert_close(resumed_parameter, parameter)
 
@@ -214,7 +214,7 @@ def test_a_tied_screen_counts_in_the_skip_history(make_trainer):
     trainer = make_trainer(prompts=DATA, dynamic_sampling_screen=2, **DYNAMIC, skip_zero_std_prompts=True)
     for _ in range(6):
         train_batch(trainer, ["2+3=", "4+4="], recording)
-    history = trainer.prompt_skipper.history
+    history = trainer.zero_std.skipper.history
     assert history.kind.tolist() == [Outcome.ALL_HIGH, 0, 0, 0]
     assert int(history.streak[0]) == generated.count("1+1=") // 2 > 0
 
@@ -240,11 +240,13 @@ def test_a_prompt_tied_before_is_skipped_and_its_history_says_why(make_trainer, 
     drawn = trained_groups(trainer, steps)  # without dynamic sampling: every group generated
     assert len(drawn) == 2 * steps
     assert drawn.count("1+1=") < steps * 2 / 4 / 2  # a quarter of the draws without skipping
-    history, metrics = trainer.prompt_skipper.history, trainer._metrics["train"]
+    history, metrics = trainer.zero_std.skipper.history, trainer._metrics["train"]
     assert history.kind.tolist() == [Outcome.ALL_HIGH, 0, 0, 0]  # DATA's rows; 0: informative
     assert int(history.streak[0]) == drawn.count("1+1=")
     assert sum(metrics["prompt_skip/skipped_frac"]) > 0 and len(metrics["prompt_skip/prompts_drawn"]) == steps
-    explore = trainer.prompt_skipper.explore  # each kind steered by its own share: no group was ever all-low
+    explore = (
+        trainer.zero_std.skipper.predictor.explore
+    )  # each kind steered by its own share: no group was ever all-low
     assert explore.share_all_low == 0.0 < explore.share_all_high
     assert metrics["prompt_skip/explore_prob_all_low"][-1] == pytest.approx(0.5 + 0.01 * steps)
 
@@ -257,7 +259,7 @@ def test_the_success_rate_skips_a_prompt_always_right_and_counts_every_row(make_
     trainer = make_trainer(kind, prompts=DATA, skip_predictor="success_rate", **SKIP)
     drawn = trained_groups(trainer, steps)
     assert len(drawn) == 2 * steps and drawn.count("1+1=") < steps * 2 / 4 / 2
-    rates, metrics = trainer.prompt_skipper.rates, trainer._metrics["train"]
+    rates, metrics = trainer.zero_std.skipper.predictor.rates, trainer._metrics["train"]
     assert rates.successes[0] == rates.rows[0] > 0
     torch.testing.assert_close(rates.successes[1:], rates.rows[1:] / 2)
     assert "prompt_skip/explore_prob_all_low" not in metrics and len(metrics["prompt_skip/prompts_drawn"]) == steps
@@ -282,10 +284,10 @@ def test_same_seed_same_skip_decisions(make_trainer):
     runs = []
     for _ in range(2):
         trainer = make_trainer(prompts=DATA, **SKIP)
-        runs.append((trained_groups(trainer, 8), trainer.prompt_skipper.state_dict()))
+        runs.append((trained_groups(trainer, 8), trainer.zero_std.skipper.state_dict()))
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1]["history"]["streak"], runs[1][1]["history"]["streak"])
-    assert runs[0][1]["explore"] == runs[1][1]["explore"]
+    assert runs[0][1]["predictor"] == runs[1][1]["predictor"]
 
 
 @pytest.mark.parametrize("prior_key, predictor", [(None, "streak"), ("prompt", "streak"), ("prompt", "success_rate")])
@@ -300,17 +302,20 @@ def test_resume_restores_the_history_and_the_exploration_probabilities(make_trai
     resumed = make_trainer(prompts=DATA, **config)
     stub_generation(resumed, tied_or_informative)
     resumed.train(resume_from_checkpoint=checkpoint)
-    assert torch.equal(resumed.prompt_skipper.history.streak, trainer.prompt_skipper.history.streak)
-    assert torch.equal(resumed.prompt_skipper.history.kind, trainer.prompt_skipper.history.kind)
-    assert resumed.prompt_skipper.explore == trainer.prompt_skipper.explore
-    assert resumed.prompt_stream.state_dict() == trainer.prompt_stream.state_dict()
+    assert torch.equal(resumed.zero_std.skipper.history.streak, trainer.zero_std.skipper.history.streak)
+    assert torch.equal(resumed.zero_std.skipper.history.kind, trainer.zero_std.skipper.history.kind)
+    assert resumed.zero_std.refiller.stream.state_dict() == trainer.zero_std.refiller.stream.state_dict()
+    if predictor == "streak":
+        assert resumed.zero_std.skipper.predictor.explore == trainer.zero_std.skipper.predictor.explore
     if predictor == "success_rate":
-        assert saved["rates"]["rows"].sum() > 0
-        for name, value in resumed.prompt_skipper.rates.state_dict().items():
-            assert torch.equal(value, trainer.prompt_skipper.rates.state_dict()[name]), name
+        assert saved["predictor"]["rates"]["rows"].sum() > 0
+        for name, value in resumed.zero_std.skipper.predictor.rates.state_dict().items():
+            assert torch.equal(value, trainer.zero_std.skipper.predictor.rates.state_dict()[name]), name
     elif prior_key is not None:
-        assert saved["prior"]["counts"].sum() > 0
-        assert torch.equal(resumed.prompt_skipper.prior.counts, trainer.prompt_skipper.prior.counts)
+        assert saved["predictor"]["prior"]["counts"].sum() > 0
+        assert torch.equal(
+            resumed.zero_std.skipper.predictor.prior.counts, trainer.zero_std.skipper.predictor.prior.counts
+        )
 
 
 @pytest.mark.parametrize("num_iterations", [1, 2])
@@ -320,9 +325,9 @@ def test_each_generation_batch_enters_the_history_once_under_num_iterations(make
     config = {**SKIP, "max_steps": 4, "skip_predictor": "success_rate", "num_iterations": num_iterations}
     trainer = make_trainer(prompts=DATA, logging_steps=1, **config)
     stub_generation(trainer, tied_or_informative)
-    recorded, record = [], trainer.prompt_skipper.record
-    trainer.prompt_skipper.record = lambda keys, *args, **kwargs: recorded.append(list(keys)) or record(
-        keys, *args, **kwargs
+    recorded, record = [], trainer.zero_std.skipper.record
+    trainer.zero_std.skipper.record = lambda keys, *args, **kwargs: (
+        recorded.append(list(keys)) or record(keys, *args, **kwargs)
     )
     trainer.train()
     assert len(recorded) == 4 // num_iterations and all(len(keys) == 2 for keys in recorded)
@@ -333,7 +338,7 @@ def test_each_generation_batch_enters_the_history_once_under_num_iterations(make
 def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
     off = make_trainer(prompts=DATA, skip_zero_std_prompts=False, **DYNAMIC)
     alone = make_trainer(prompts=DATA, **DYNAMIC)
-    assert off.prompt_skipper is None
+    assert off.zero_std.skipper is None
     for _ in range(3):
         off_batch = train_batch(off, ["1+1=", "2+3="], tied_or_informative)
         alone_batch = train_batch(alone, ["1+1=", "2+3="], tied_or_informative)
@@ -364,9 +369,9 @@ def test_history_key_column_pools_the_rows_that_share_it(make_trainer):
     prompts = ["1+1=", "1+1=", *DATA[1:]]
     trainer = make_trainer(prompts=prompts, skip_history_key="prompt", **SKIP)
     drawn = trained_groups(trainer, 12)
-    history = trainer.prompt_skipper.history
+    history = trainer.zero_std.skipper.history
     assert len(history.kind) == len(set(prompts))  # one history per distinct prompt
-    assert trainer.prompt_skipper.slots.tolist() == [0, 0, 1, 2, 3]
+    assert trainer.zero_std.skipper.slots.tolist() == [0, 0, 1, 2, 3]
     assert int(history.kind[0]) == Outcome.ALL_HIGH and int(history.streak[0]) == drawn.count("1+1=") >= 2
 
 
@@ -387,14 +392,14 @@ def test_a_prior_skips_the_never_drawn_rows_of_a_tied_group(make_trainer):
     rows_drawn = {}
     for prior_key in (None, "prompt"):
         trainer = make_trainer(prompts=prompts, skip_prior_key=prior_key, **SKIP)
-        while trainer.prompt_stream.epoch == 0:
+        while trainer.zero_std.refiller.stream.epoch == 0:
             trained_groups(trainer, 1)
-        rows_drawn[prior_key] = int((trainer.prompt_skipper.history.streak[:24] > 0).sum())
+        rows_drawn[prior_key] = int((trainer.zero_std.skipper.history.streak[:24] > 0).sum())
     assert rows_drawn[None] == 24 and rows_drawn["prompt"] <= 12
-    never_drawn = (trainer.prompt_skipper.history.streak[:24] == 0).nonzero().view(-1)
-    assert trainer.prompt_skipper.draw_prob(never_drawn).tolist() == [trainer.masking.skip_min_draw_prob] * len(
-        never_drawn
-    )
+    never_drawn = (trainer.zero_std.skipper.history.streak[:24] == 0).nonzero().view(-1)
+    assert trainer.zero_std.skipper.draw_prob(never_drawn).tolist() == [
+        trainer.zero_std.settings.skip_min_draw_prob
+    ] * len(never_drawn)
 
 
 def test_prior_key_must_name_a_column_of_a_map_style_dataset(make_trainer, tmp_path):
@@ -452,9 +457,12 @@ def test_streaming_refills_take_the_rows_that_follow_in_the_stream(make_trainer,
     trainer = make_trainer(kind, prompts=DATA, streaming=True, shuffle_dataset=False, **DYNAMIC)
     batch = train_batch(trainer, ["1+1=", "2+3="], tied_or_informative)
     assert group_prompts(trainer, batch) == ["2+3=", "2+3="]  # the dataloader's, then the stream's 2nd row
-    assert trainer.prompt_stream.state_dict() == {"epoch": 0, "position": 2}  # round 2 read "1+1=", "2+3="
+    assert trainer.zero_std.refiller.stream.state_dict() == {"epoch": 0, "position": 2}  # round 2 read "1+1=", "2+3="
     batch = train_batch(trainer, ["1+1=", "1+1="], tied_or_informative)
-    assert group_prompts(trainer, batch) == ["4+4=", "3+5="] and trainer.prompt_stream.state_dict()["position"] == 4
+    assert (
+        group_prompts(trainer, batch) == ["4+4=", "3+5="]
+        and trainer.zero_std.refiller.stream.state_dict()["position"] == 4
+    )
 
 
 @pytest.mark.parametrize("predictor", ["streak", "success_rate"])
@@ -466,14 +474,14 @@ def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer, predictor):
         **DYNAMIC,
     )  # fmt: skip
     train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)  # the stream's first prompt, "1+1=", is tied
-    skipper = trainer.prompt_skipper
+    skipper = trainer.zero_std.skipper
     assert skipper.hashed is not None and skipper.slots is None
     key = torch.tensor([history_key("1+1=")])
     assert bool(skipper.hashed.known(key)) and skipper.draw_prob(key).item() < 1.0
     assert skipper.history.kind[skipper.hashed.slots(key)].item() == int(Outcome.ALL_HIGH)
     if predictor == "success_rate":
         slot = skipper.hashed.slots(key)
-        assert skipper.rates.successes[slot].item() == skipper.rates.rows[slot].item() == 4.0
+        assert skipper.predictor.rates.successes[slot].item() == skipper.predictor.rates.rows[slot].item() == 4.0
     assert trainer._metrics["train"]["prompt_skip/hash_evictions"][-1] == 0
 
 
@@ -578,6 +586,6 @@ def test_prompt_skipping_refuses_an_environment_that_makes_every_prompt(tiny_too
             environment_factory=SubmitEnvironment,
         )  # fmt: skip
 
-    assert build(dynamic_sampling=True).prompt_skipper is None
+    assert build(dynamic_sampling=True).zero_std.skipper is None
     with pytest.raises(ValueError, match="skip_zero_std_prompts needs a train_dataset that names its prompts"):
         build(dynamic_sampling=True, skip_zero_std_prompts=True)

@@ -7,10 +7,12 @@ import torch
 from trl_zerostd.sampling import (
     PromptStream,
     RowStream,
+    ScreenRound,
     choose_groups,
     continued_prompts,
     first_round_extra,
     part_major_order,
+    plan_screen_round,
     rank_rows,
     refill_groups,
     screen_prompts,
@@ -185,3 +187,18 @@ def test_screen_prompts_are_bounded_by_two_batches_of_rows():
 )
 def test_continued_prompts(waiting, missing, world, rest, expected):
     assert continued_prompts(waiting, missing, world, rest) == expected
+
+
+def test_plan_screen_round():
+    """4 groups of 8 needed, screens of 2, one process. No screen yet: screen one generation batch of rows (16
+    prompts). Three waiting for 2 missing: complete 2; the one left waiting covers the rest, so no new screen. The
+    last round allowed completes what waits and draws whole groups for the rest. With two processes a count is
+    rounded up so that its rows split evenly."""
+    plan = plan_screen_round(4, 0, False, 0, 0, batch_groups=4, world_size=1, G=8, screen=2)
+    assert plan == ScreenRound(continued=0, new_prompts=16, whole=False)
+    assert plan_screen_round(2, 3, False, 2, 8, 4, 1, 8, 2) == ScreenRound(2, 0, False)
+    assert plan_screen_round(3, 1, True, 2, 8, 4, 1, 8, 2) == ScreenRound(1, 2, True)
+    assert plan_screen_round(3, 0, True, 2, 8, 4, 2, 7, 3) == ScreenRound(
+        0, 4, True
+    )  # 3 groups of 7 rows: 4 on 2 ranks
+    assert plan_screen_round(4, 0, False, 1, 8, 4, 1, 8, 2) == ScreenRound(0, 16, False)  # pass rate floored at 1/4

@@ -15,130 +15,69 @@ Training mode only; in eval every override returns TRL's own result. A generatio
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+import os
 from typing import ClassVar
 
 import torch
 from accelerate.utils import gather, gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import core
-from ._loss import BASE_LOSS_MASK_KEY, ROLE_KEY, LossCall, LossMixin, select_rows
-from ._refill import DynamicSamplingMixin
-from ._run_state import RunStateMixin
-from .config import ZeroStdArguments, check_compatible, masking_settings
+from ._batch import GenerationBatch, PreparedPrompts, merge_extra_fields
+from ._exit import end_process_group_at_exit
+from ._loss import BASE_LOSS_MASK_KEY, ROLE_KEY, LossCall, loss_forward, rows_forward, select_rows
+from .config import masking_settings
 from .estimators import get_advantage_estimator
-from .monitor import StallMonitor, stall_advice
+from .state import ZeroStdState, build_state
+
+logger = logging.getLogger("trl_zerostd")
 
 
-@dataclass
-class GenerationBatch:
-    """What one training generation batch carries between TRL's calls into our overrides.
-
-    ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned (with dynamic
-    sampling or prompt skipping, set before TRL's ``_generate_and_score_completions`` runs). ``preparing``: TRL's
-    method is running only to prepare prompts (``_prepared_prompts``).
-    ``rewards_per_func`` ``(N, K)`` and ``truncated`` ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
-    log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
-    """
-
-    inputs: list[dict]
-    generated: tuple | None = None
-    preparing: bool = False
-    rewards_per_func: torch.Tensor | None = None
-    truncated: torch.Tensor | None = None
-    plan: core.RowPlan | None = None
-    scoring_rows: torch.Tensor | None = None
-    whole_old_forward: bool = False
-    scoring_logps: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-
-
-class PreparedPrompts(Exception):  # noqa: N818 - not an error: carries TRL's prepared prompts out of its method
-    """Raised by ``_generate`` while ``_prepared_prompts`` runs TRL's method only up to its ``_generate`` call."""
-
-    def __init__(self, prompts: list):
-        super().__init__()
-        self.prompts = prompts
-
-
-def merge_extra_fields(inputs: list[dict], extra_fields: dict) -> None:
-    """Merge a rollout_func's ``extra_fields`` into ``inputs`` in place, as GRPOTrainer does (TRL 1.16) just before
-    ``_calculate_rewards``: a list gives row ``i`` its ``i``-th value, anything else goes to every row."""
-    for i, example in enumerate(inputs):
-        for key, values in extra_fields.items():
-            if not isinstance(values, list):
-                example[key] = values
-            elif i < len(values):
-                example[key] = values[i]
-
-
-class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
-    """Mixed in before a TRL trainer class; see the module docstring. Subclasses set ``advantage_estimator`` (the
-    estimator they dispatch to) and ``trainer_kind``."""
+class ZeroStdAdapter:
+    """Put before a TRL trainer class (``class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer)``): TRL's methods that
+    this package overrides, each calling TRL's and applying the core. Its state is one attribute, ``zero_std`` (a
+    ``ZeroStdState``); the batch being generated is ``_generation_batch``, the loss call running ``_loss_call``.
+    Subclasses set ``advantage_estimator`` (the estimator they dispatch to), ``trainer_kind`` and the hooks of
+    ``_hooks.TrainerHooks``."""
 
     advantage_estimator: ClassVar[str]
     trainer_kind: ClassVar[str]
-    # Class-level defaults, set per instance by _init_row_plan: a trainer made without __init__ (TRL's own tests
-    # build trainers with object.__new__) has no masking, and every override then returns TRL's own result.
-    masking: ZeroStdArguments | None = None
+    # Class-level defaults: a trainer made without __init__ (TRL's own tests build trainers with object.__new__) has
+    # no state, and every override then returns TRL's own result.
+    zero_std: ZeroStdState | None = None
     _generation_batch: GenerationBatch | None = None
     _loss_call: LossCall | None = None
 
-    def _init_row_plan(self) -> None:
-        self.masking = masking_settings(self.args)
-        check_compatible(self.masking, self.args, self.trainer_kind)
-        self.reward_range: tuple[float, float] | None = None
-        self.stall_monitor = StallMonitor(advice=stall_advice(self.masking.zero_std_kl, self.masking.dynamic_sampling))
-        self._generation_batch: GenerationBatch | None = None
-        self._loss_call: LossCall | None = None
-        self._rows_trained_this_step = 0
-        self._init_dynamic_sampling()
-
-    # -- hooks for the concrete trainers ----------------------------------------------------------------------
-
-    def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
-        """``(completion_ids, completions, extra_fields)`` from what the trainer's ``_generate`` returned."""
-        raise NotImplementedError
-
-    def _split_generated(self, generated: tuple) -> list[tuple]:
-        """What the trainer's ``_generate`` returned, as one record per row (dynamic sampling regroups rows)."""
-        raise NotImplementedError
-
-    def _join_generated(self, records: list[tuple]) -> tuple:
-        """The inverse of ``_split_generated``: TRL's ``_generate`` layout for the given rows."""
-        raise NotImplementedError
-
-    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """``(N,)`` reward that decides zero variance."""
-        return core.weighted_task_reward(rewards_per_func, self.reward_weights)
-
-    def _advantage_options(self, batch: GenerationBatch) -> dict:
-        """Keyword options of the trainer's advantage estimator (``estimators.py``)."""
-        return {}
-
-    def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
-        """``(N,)`` bool: rows whose scoring log-probs (old policy, reference) something reads."""
-        return plan.forwarded
-
-    def _rejection_mode(self) -> bool:
-        """Whether a row can be rejected by the old-policy forward's importance ratio (GRPO under vLLM)."""
-        return False
-
-    def _finish_output(self, output: dict, role: torch.Tensor) -> None:
-        """Make trainer-specific outputs consistent with the rank's ``(B,)`` row roles."""
+    def _init_zero_std(self) -> None:
+        self.zero_std = build_state(
+            masking_settings(self.args),
+            self.args,
+            self.trainer_kind,
+            self.train_dataset,
+            self.num_generations,
+            self.accelerator.num_processes,
+            self.accelerator.process_index,
+            shuffle_dataset=self.shuffle_dataset,
+            has_environments=bool(getattr(self, "environment_factories", None)),
+        )
+        end_process_group_at_exit(self.accelerator)
 
     # -- generation batch -------------------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs):
         # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL's, then the plan applied
-        if not self.model.training or self.masking is None:
+        if not self.model.training or self.zero_std is None:
             return super()._generate_and_score_completions(inputs)
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)
         try:
-            if self.prompt_stream is not None:  # dynamic sampling or prompt skipping
-                refilled = self._generate_refilled(inputs, super()._generate)
+            refiller = self.zero_std.refiller
+            if refiller is not None:  # dynamic sampling or prompt skipping
+                refilled = refiller.refill(inputs, self, super()._generate, self.zero_std.reward_range)
                 batch.inputs, batch.generated = refilled.rows, refilled.generated
                 batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
+                self._log_metrics(refilled.metrics)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
             self._generation_batch = None
@@ -193,21 +132,9 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
 
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
         task_rewards = self._task_rewards(batch.rewards_per_func)
-        valid = ~(batch.truncated | rejected)
-        self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, valid)
-        batch.plan = core.decide_row_plan(
-            task_rewards,
-            self.num_generations,
-            truncated=batch.truncated,
-            unscorable=core.unscorable_rows(batch.rewards_per_func),
-            rejected=rejected,
-            mask_zero_std_groups=self.masking.mask_zero_std_groups,
-            zero_std_atol=self.masking.zero_std_atol,
-            exclude_masked_from_baseline=self.masking.exclude_masked_from_baseline,
-            zero_std_kl=self.masking.zero_std_kl,
-            reward_range=self.reward_range,
-        )
-        if self.masking.skip_masked_rows:
+        batch.plan = self.zero_std.decide_plan(task_rewards, batch.rewards_per_func, batch.truncated, rejected,
+                                               self.num_generations)  # fmt: skip
+        if self.zero_std.settings.skip_masked_rows:
             needed = self._scoring_needed(batch.plan).view(self.accelerator.num_processes, -1)
             batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
 
@@ -220,7 +147,7 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
             batch.rewards_per_func, self.reward_weights, self.num_generations, plan.stat_rows,
             **self._advantage_options(batch),
         ).masked_fill(plan.masked, 0.0)  # fmt: skip
-        loss_mask = self._loss_mask(output)
+        loss_mask = output_loss_mask(output)
         rows = slice(
             self.accelerator.process_index * len(loss_mask), (self.accelerator.process_index + 1) * len(loss_mask)
         )
@@ -232,36 +159,27 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
             output["tool_mask"] = output["tool_mask"] * forwarded
         output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
         row_tokens = gather(loss_mask.sum(dim=1))
-        if self.masking.zero_std_normalization == "exclude" and "num_items_in_batch" in output:
+        if self.zero_std.settings.zero_std_normalization == "exclude" and "num_items_in_batch" in output:
             output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])
         self._finish_output(output, role)
         self._replace_logged_advantages(advantages)
-        self._log_plan(plan, row_tokens)
+        self._log_metrics(core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl))
+        self._warn_once(self.zero_std.stall_monitor.observe_batch(plan.low_tied_groups.float().mean().item()))
         return output
 
-    # -- forwards ---------------------------------------------------------------------------------------------
+    # -- forwards and loss ------------------------------------------------------------------------------------
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # follows {GRPO,RLOO}Trainer._get_per_token_logps_and_entropies (TRL 1.16): forwards the rows the plan reads
         forward = super()._get_per_token_logps_and_entropies
         if isinstance(self._loss_call, LossCall):
-            return self._loss_forward(forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            return loss_forward(self._loss_call, forward, model, input_ids, attention_mask, logits_to_keep, *args,
+                                **kwargs)  # fmt: skip
         batch = self._generation_batch
         if batch is None:
             return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         rows = None if batch.whole_old_forward else batch.scoring_rows
-        if rows is None:
-            result = forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        else:
-            rows = rows.to(input_ids.device)
-            kwargs = select_rows(kwargs, rows, input_ids.shape[0])
-            logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep,
-                                                 *args, **kwargs)  # fmt: skip
-            result = (
-                logps.new_zeros(input_ids.shape[0], logits_to_keep).index_put((rows,), logps),
-                entropies,
-                aux_loss,
-            )
+        result = rows_forward(rows, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         completion_mask = attention_mask[:, -logits_to_keep:]
         batch.scoring_logps.append((result[0], completion_mask))
         if batch.whole_old_forward:  # TRL 1.16 under vLLM: the first scoring forward is the old policy's
@@ -269,25 +187,79 @@ class RowPlanMixin(LossMixin, RunStateMixin, DynamicSamplingMixin):
             self._decide_plan(batch, rejected=self._rejected_rows(batch, result[0], completion_mask))
         return result
 
-    def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
-        """``(N,)`` bool rows the old-policy forward's importance ratio rejects (GRPO under vLLM)."""
-        raise NotImplementedError
+    def _compute_loss(self, model, inputs):
+        # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.16): TRL's loss on the plan's rows of the micro-batch
+        if ROLE_KEY not in inputs:
+            return super()._compute_loss(model, inputs)
+        settings, inputs = self.zero_std.settings, dict(inputs)
+        role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
+        rows = core.plan_loss_rows(role.cpu(), settings.zero_std_normalization)
+        kept = rows.kept.to(role.device)
+        if len(kept) < len(role):
+            inputs = select_rows(inputs, kept, len(role))
+        fill = inputs.get("old_per_token_logps")
+        fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
+        call = LossCall(rows=rows, fill_logps=fill, forward_all=not settings.skip_masked_rows)
+        inputs = self._loss_inputs(inputs, call, base_loss_mask[kept])
+        self._loss_call = call
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._loss_call = None
+        self._observe_trained_rows(int((rows.role >= core.RowRole.KL_ONLY).sum()))
+        return loss
+
+    def _observe_trained_rows(self, rows: int) -> None:
+        """Count the rows this micro-batch trained; at the optimizer-step boundary, log whether the step trained
+        none (all ranks together) and let the stall monitor see it."""
+        state = self.zero_std
+        state.rows_trained_this_step += rows
+        if not self.accelerator.sync_gradients:
+            return
+        total = torch.tensor(state.rows_trained_this_step, device=self.accelerator.device)
+        total = int(self.accelerator.reduce(total, reduction="sum"))
+        state.rows_trained_this_step = 0
+        self._log_metrics({"zero_std/untrained_step_frac": float(total == 0)})
+        self._warn_once(state.stall_monitor.observe_step(total))
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial):
+        # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's state travels with the checkpoint
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save and self.zero_std is not None:
+            run_dir = self._get_output_dir(trial=trial)
+            self.zero_std.save(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint and self.zero_std is not None:
+            self.zero_std.load(checkpoint)
 
     # -- helpers ----------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _loss_mask(batch: dict) -> torch.Tensor:
-        mask = batch["completion_mask"]
-        return mask * batch["tool_mask"] if batch.get("tool_mask") is not None else mask
+    def _log_metrics(self, metrics: dict[str, float]) -> None:
+        """Into TRL's metric store, so that every tracker TRL reports to gets them."""
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+
+    def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
+        """The completions table shows the advantages that train: TRL logged its own for the last ``N`` rows."""
+        logged = self._logs["advantages"]
+        for _ in range(len(advantages)):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+    def _warn_once(self, message: str | None) -> None:
+        if message is not None and self.accelerator.is_main_process:
+            logger.warning(message)
 
     def _check_groups_share_prompt(self, inputs: list[dict]) -> None:
-        prompts = gather_object([example.get("prompt", example) for example in inputs])
-        bad_groups = core.mismatched_groups(prompts, self.num_generations)
-        if bad_groups:
-            first = bad_groups[0] * self.num_generations
-            raise ValueError(
-                f"Group(s) {bad_groups} of the generation batch mix dataset prompts (rows {first}.."
-                f"{first + self.num_generations - 1}); each group must be num_generations={self.num_generations} "
-                "consecutive rows of one prompt, as TRL's RepeatSampler gives them. Check a custom sampler, "
-                "dataloader or rollout_func."
-            )
+        core.check_groups_share_prompt(gather_object([row.get("prompt", row) for row in inputs]), self.num_generations)
+
+
+def output_loss_mask(output: dict) -> torch.Tensor:
+    """``(B, T)`` the loss mask of TRL's output: completion tokens, tool tokens out."""
+    mask = output["completion_mask"]
+    return mask * output["tool_mask"] if output.get("tool_mask") is not None else mask

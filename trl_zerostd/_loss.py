@@ -52,77 +52,42 @@ class LossCall:
     forward_all: bool
 
 
-class LossMixin:
-    """The ``_compute_loss`` override and the loss's policy forward. Needs ``masking`` and ``_loss_call``."""
+def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    """The loss's policy forward (``forward``: TRL's ``_get_per_token_logps_and_entropies``) of the rows that train;
+    the others get ``call.fill_logps`` and zero entropy, as constants. With none, one row is still forwarded at zero
+    weight, so every rank runs the same forward and collectives (DDP, ZeRO-3/FSDP gathers), and a MoE auxiliary loss
+    gets zero weight."""
+    device = input_ids.device
+    forwarded = call.rows.forwarded.to(device)
+    if call.forward_all:
+        rows = torch.arange(input_ids.shape[0], device=device)
+    else:
+        rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
+    kwargs = select_rows(kwargs, rows, input_ids.shape[0])
+    logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs)
+    if call.forward_all:
+        logps = logps[forwarded]
+        entropies = entropies[forwarded] if entropies is not None else None
 
-    def _loss_inputs(self, inputs: dict, call: LossCall, base_loss_mask: torch.Tensor) -> dict:
-        """Trainer-specific inputs of TRL's loss for the rows it does not forward."""
-        return inputs
+    def place(fill: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if len(forwarded) == 0:  # `out` is the zero-weight row's
+            return fill.to(out.dtype) + 0.0 * out.sum()
+        return fill.to(out.dtype).index_put((forwarded,), out)
 
-    def _compute_loss(self, model, inputs):
-        # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.16): TRL's loss on the plan's rows of the micro-batch
-        if ROLE_KEY not in inputs:
-            return super()._compute_loss(model, inputs)
-        inputs = dict(inputs)
-        role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
-        rows = core.plan_loss_rows(role.cpu(), self.masking.zero_std_normalization)
-        kept = rows.kept.to(role.device)
-        if len(kept) < len(role):
-            inputs = select_rows(inputs, kept, len(role))
-        fill = inputs.get("old_per_token_logps")
-        fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
-        call = LossCall(rows=rows, fill_logps=fill, forward_all=not self.masking.skip_masked_rows)
-        inputs = self._loss_inputs(inputs, call, base_loss_mask[kept])
-        self._loss_call = call
-        try:
-            loss = super()._compute_loss(model, inputs)
-        finally:
-            self._loss_call = None
-        self._observe_trained_rows(int((rows.role >= core.RowRole.KL_ONLY).sum()))
-        return loss
+    if entropies is not None:  # a row kept for its KL term gets no entropy bonus: its entropy is a constant
+        kl_only = (call.rows.role.to(device)[forwarded] == core.RowRole.KL_ONLY).unsqueeze(1)
+        entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
+    if aux_loss is not None and len(forwarded) == 0:
+        aux_loss = 0.0 * aux_loss
+    return place(call.fill_logps, logps), entropies, aux_loss
 
-    def _loss_forward(self, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        """The loss's policy forward of the rows that train; the others get ``fill_logps`` and zero entropy, as
-        constants. With none, one row is still forwarded at zero weight, so every rank runs the same forward and
-        collectives (DDP, ZeRO-3/FSDP gathers), and a MoE auxiliary loss gets zero weight."""
-        call = self._loss_call
-        device = input_ids.device
-        forwarded = call.rows.forwarded.to(device)
-        if call.forward_all:
-            rows = torch.arange(input_ids.shape[0], device=device)
-        else:
-            rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
-        kwargs = select_rows(kwargs, rows, input_ids.shape[0])
-        logps, entropies, aux_loss = forward(
-            model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs
-        )
-        if call.forward_all:
-            logps = logps[forwarded]
-            entropies = entropies[forwarded] if entropies is not None else None
 
-        def place(fill: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-            if len(forwarded) == 0:  # `out` is the zero-weight row's
-                return fill.to(out.dtype) + 0.0 * out.sum()
-            return fill.to(out.dtype).index_put((forwarded,), out)
-
-        if entropies is not None:  # a row kept for its KL term gets no entropy bonus: its entropy is a constant
-            kl_only = (call.rows.role.to(device)[forwarded] == core.RowRole.KL_ONLY).unsqueeze(1)
-            entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
-        if aux_loss is not None and len(forwarded) == 0:
-            aux_loss = 0.0 * aux_loss
-        return place(call.fill_logps, logps), entropies, aux_loss
-
-    def _observe_trained_rows(self, rows: int) -> None:
-        """Count the rows this micro-batch trained; at the optimizer-step boundary, log whether the step trained
-        none (all ranks together) and let the stall monitor see it."""
-        self._rows_trained_this_step += rows
-        if not self.accelerator.sync_gradients:
-            return
-        total = int(
-            self.accelerator.reduce(
-                torch.tensor(self._rows_trained_this_step, device=self.accelerator.device), reduction="sum"
-            )
-        )
-        self._rows_trained_this_step = 0
-        self._metrics["train"]["zero_std/untrained_step_frac"].append(float(total == 0))
-        self._warn_once(self.stall_monitor.observe_step(total))
+def rows_forward(rows, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    """A scoring forward (``forward``: TRL's ``_get_per_token_logps_and_entropies``) of the ``(R,)`` ``rows`` only
+    (None: every row); the others get log-probs 0, which nothing reads."""
+    if rows is None:
+        return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+    rows = rows.to(input_ids.device)
+    kwargs = select_rows(kwargs, rows, input_ids.shape[0])
+    logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs)
+    return logps.new_zeros(input_ids.shape[0], logits_to_keep).index_put((rows,), logps), entropies, aux_loss

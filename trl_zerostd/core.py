@@ -121,6 +121,18 @@ def mismatched_groups(prompts: Sequence[Any], num_generations: int) -> list[int]
     ]
 
 
+def check_groups_share_prompt(prompts: Sequence[Any], num_generations: int) -> None:
+    """Raise ValueError naming the groups of a gathered batch's ``prompts`` (one per row) that mix prompts."""
+    bad_groups = mismatched_groups(prompts, num_generations)
+    if bad_groups:
+        first = bad_groups[0] * num_generations
+        raise ValueError(
+            f"Group(s) {bad_groups} of the generation batch mix dataset prompts (rows {first}.."
+            f"{first + num_generations - 1}); each group must be num_generations={num_generations} consecutive rows "
+            "of one prompt, as TRL's RepeatSampler gives them. Check a custom sampler, dataloader or rollout_func."
+        )
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The row plan: one decision per generation batch
 # --------------------------------------------------------------------------------------------------------------
@@ -226,6 +238,24 @@ def widen_reward_range(
     if reward_range is None:
         return low, high
     return min(reward_range[0], low), max(reward_range[1], high)
+
+
+def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> dict[str, float]:
+    """Train metrics of one gathered batch's plan (shares of groups, rows or loss tokens); ``row_tokens`` ``(N,)``:
+    TRL's loss tokens per row."""
+    metrics = {
+        "zero_std/masked_group_frac": plan.zero_std_groups.float().mean().item(),
+        "zero_std/all_low_group_frac": plan.low_tied_groups.float().mean().item(),
+        "zero_std/all_high_group_frac": plan.high_tied_groups.float().mean().item(),
+        "zero_std/masked_token_frac": (
+            (row_tokens * plan.reasons["zero_std"]).sum() / row_tokens.sum().clamp(min=1)
+        ).item(),
+    }
+    if zero_std_kl != "mask":
+        metrics["zero_std/kl_kept_row_frac"] = (plan.role == RowRole.KL_ONLY).float().mean().item()
+    for reason in MASK_REASONS:
+        metrics[f"masked/row_frac/{reason}"] = plan.reasons[reason].float().mean().item()
+    return metrics
 
 
 # --------------------------------------------------------------------------------------------------------------

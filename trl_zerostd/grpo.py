@@ -7,11 +7,12 @@ from accelerate.utils import gather
 from trl import GRPOTrainer
 
 from . import core
-from ._adapter import GenerationBatch, RowPlanMixin
+from ._adapter import ZeroStdAdapter
+from ._batch import GenerationBatch
 from ._loss import LossCall
 
 
-class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
+class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     """Drop-in for ``trl.GRPOTrainer`` (same constructor). In training mode only, the rows of zero-variance groups
     and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask and exactly zero gradient, KL term
     included (unless ``zero_std_kl`` keeps it), and leave the statistics of the other rows' advantages and TRL's
@@ -22,7 +23,7 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._init_row_plan()
+        self._init_zero_std()
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         # GRPOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, tool_mask, completions,
@@ -46,6 +47,15 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
         tool_images = tool_images if any(images is not None for images in tool_images) else []
         return (prompt_ids, completion_ids, all_or_none(tool_mask), completions, all_or_none(logprobs), extra_fields,
                 None, tool_images)  # fmt: skip
+
+    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        return core.weighted_task_reward(rewards_per_func, self.reward_weights)
+
+    def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
+        return plan.forwarded
+
+    def _finish_output(self, output: dict, role: torch.Tensor) -> None:
+        """Nothing beyond the adapter's: GRPO's loss reads the masks and advantages it set."""
 
     def _advantage_options(self, batch: GenerationBatch) -> dict:
         return {"scale_rewards": self.scale_rewards, "multi_objective_aggregation": self.multi_objective_aggregation}
@@ -75,7 +85,7 @@ class ZeroStdGRPOTrainer(RowPlanMixin, GRPOTrainer):
             inputs["ref_per_token_logps"] = torch.where(
                 role < core.RowRole.KL_ONLY, call.fill_logps, inputs["ref_per_token_logps"]
             )
-        if self.loss_type == "bnpo" and self.masking.zero_std_normalization == "keep":
+        if self.loss_type == "bnpo" and self.zero_std.settings.zero_std_normalization == "keep":
             # bnpo's normaliser counts the micro-batch's loss-mask tokens: give our masked rows theirs back
             out = role == core.RowRole.OUT
             inputs["completion_mask"] = torch.where(out, base_loss_mask, inputs["completion_mask"])

@@ -7,11 +7,13 @@ from accelerate.utils import gather
 from trl import RLOOTrainer
 
 from . import core
-from ._adapter import GenerationBatch, RowPlanMixin
+from ._adapter import ZeroStdAdapter
+from ._batch import GenerationBatch
+from ._loss import LossCall
 from .estimators import clipped_task_reward
 
 
-class ZeroStdRLOOTrainer(RowPlanMixin, RLOOTrainer):
+class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
     """Drop-in for ``trl.RLOOTrainer`` (same constructor). In training mode only, the rows of zero-variance groups
     and every other masked row (SEMANTICS.md) get advantage 0, a zero loss mask, ``old_logps`` 0 (ratio 1) and
     exactly zero gradient, and leave the leave-one-out baselines and the ``normalize_advantages`` statistics of the
@@ -32,7 +34,7 @@ class ZeroStdRLOOTrainer(RowPlanMixin, RLOOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._init_row_plan()
+        self._init_zero_std()
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         # RLOOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, completions); no extra fields
@@ -57,6 +59,15 @@ class ZeroStdRLOOTrainer(RowPlanMixin, RLOOTrainer):
             "normalize_advantages": self.normalize_advantages,
             "reward_clip_range": self.reward_clip_range,
         }
+
+    def _rejection_mode(self) -> bool:
+        return False  # RLOO 1.16 has no importance-sampling rejection
+
+    def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
+        raise NotImplementedError("RLOO rejects no row (_rejection_mode is False).")
+
+    def _loss_inputs(self, inputs: dict, call: LossCall, base_loss_mask: torch.Tensor) -> dict:
+        return inputs  # the rows not forwarded already have ratio 1 (old_logps 0, _finish_output)
 
     def _kl_penalty(self, batch: GenerationBatch) -> torch.Tensor | None:
         """Gathered ``(N,)`` ``beta * KL`` of TRL 1.16's RLOO: ``KL = sum over completion tokens of old - ref``."""

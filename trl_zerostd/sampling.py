@@ -174,7 +174,7 @@ def splittable(prompts: int, rows_per_prompt: int, world_size: int) -> int:
 
 
 def screen_prompts(
-    missing: int, passed: int, screened: int, batch_groups: int, world_size: int, G: int, screen: int
+    missing: int, passed: float, screened: float, batch_groups: int, world_size: int, G: int, screen: int
 ) -> int:
     """Prompts a round screens (``screen`` rows each) to find ``missing`` more informative groups: ``missing`` divided
     by the share of screens that passed so far (``passed / screened``, at least ``1 / batch_groups``; before any
@@ -193,6 +193,39 @@ def continued_prompts(waiting: int, missing: int, world_size: int, rest: int) ->
     ``missing`` informative groups, in a count whose rows split evenly over ranks (the others wait a round)."""
     step = world_size // math.gcd(rest, world_size)
     return min(math.ceil(missing / step) * step, waiting // step * step)
+
+
+@dataclass(frozen=True)
+class ScreenRound:
+    """One round of screened dynamic sampling: complete the first ``continued`` prompts waiting (their screen rows
+    differed) with their other ``G - screen`` rows, and draw ``new_prompts`` from the stream: screened with ``screen``
+    rows each, or, in the last round allowed (``whole``), whole groups for what is still missing."""
+
+    continued: int
+    new_prompts: int
+    whole: bool
+
+
+def plan_screen_round(
+    missing: int,
+    waiting: int,
+    last_round: bool,
+    passed: float,
+    screened: float,
+    batch_groups: int,
+    world_size: int,
+    G: int,
+    screen: int,
+) -> ScreenRound:
+    """The next round for ``missing`` informative groups with ``waiting`` prompts whose screen passed; ``passed`` of
+    ``screened`` screens so far (earlier batches' decayed counts included) set how many new prompts to screen. The
+    prompts still waiting after this round count toward a full batch, so new screens cover only the rest."""
+    count = continued_prompts(waiting, missing, world_size, G - screen)
+    if last_round:
+        return ScreenRound(count, splittable(max(missing - count, 0), G, world_size), whole=True)
+    shortfall = missing - count - continued_prompts(waiting - count, batch_groups, world_size, G - screen)
+    prompts = screen_prompts(shortfall, passed, screened, batch_groups, world_size, G, screen) if shortfall > 0 else 0
+    return ScreenRound(count, prompts, whole=False)
 
 
 def first_round_extra(needed: int, seen_informative: float, seen_generated: float, world_size: int, G: int) -> int:

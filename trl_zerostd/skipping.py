@@ -1,10 +1,6 @@
-"""Prompt skipping, the pure part: the probability of drawing a prompt, from its earlier groups. Two predictors:
-
-- ``"streak"``: a per-prompt record of zero-variance outcomes; the probability shrinks with each zero-variance outcome
-  in a row (in the spirit of GRESO, arXiv 2506.02177); optionally, for prompts never drawn, a prior from the prompts
-  of their group (a difficulty label, a source).
-- ``"success_rate"``: a per-prompt success rate over its recent groups, Beta-distributed around its group's rate;
-  the probability follows the chance that the prompt's next group is informative (beta-binomial).
+"""Prompt skipping: which prompts to draw, from what their earlier groups gave. ``PromptSkipper`` maps prompts to
+history slots, keeps each slot's outcome record, turns a batch's rewards into outcomes, and asks its predictor
+(``predictors.py``: the streak or the success rate) how likely each prompt is to be drawn.
 
 No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
 prompt (``history_key``); ``G = num_generations``.
@@ -14,35 +10,35 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import torch
 
-from .core import grouped, zero_std_groups
+from .core import grouped, widen_reward_range, zero_std_groups
+from .predictors import (
+    ExploreProbs,
+    GroupPrior,
+    Outcome,
+    PromptHistory,
+    SkipPredictor,
+    StreakPredictor,
+    SuccessRatePredictor,
+    SuccessRates,
+    dense_ids,
+)
 from .sampling import stable_hash
 
-MAX_STREAK = 255  # outcomes in a row are counted up to this (uint8); p ** 255 is far below any floor
-EXPLORE_PROB_INIT = 0.5  # p of each kind at the start: a prompt zero-variance once is drawn again with probability p
-EXPLORE_STEP = 0.01  # per generation batch, p moves by this toward the target zero-variance share
-SHARE_DECAY = 0.9  # p is steered by each kind's share over about the last 10 generation batches
-PRIOR_DECAY = 0.9  # per generation batch: a group's informative rate looks back ~10 batches
-PRIOR_MIN_OUTCOMES = 4.0  # decayed outcomes of a group before its rate is trusted (its prompts are drawn till then)
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
-SUCCESS_DECAY = 0.5  # success_rate: each new group of a prompt halves the weight of its earlier ones
-RATE_PRIOR_ROWS = 4.0  # success_rate: the group's rate weighs as much as this many rows of the prompt's own
-RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
-DRAW_POWER = 2.0  # success_rate: draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 
 
-class Outcome(IntEnum):
-    """What one group of a prompt gave."""
+@dataclass(frozen=True)
+class GroupsOfOneSize:
+    """Groups generated in one batch with ``group_size`` rows each, in draw order: ``(rows,)`` task rewards and valid
+    flags (neither truncated nor unscorable), one skip-history key per group."""
 
-    INFORMATIVE = 0
-    ALL_LOW = 1  # zero-variance, tied nearer the lowest task reward seen in training (binary verifier: all wrong)
-    ALL_HIGH = 2  # zero-variance, tied nearer the highest (binary verifier: all right)
-
-
-ZERO_STD_OUTCOMES = (Outcome.ALL_LOW, Outcome.ALL_HIGH)
+    task_rewards: torch.Tensor
+    valid: torch.Tensor
+    group_size: int
+    keys: list[int]
 
 
 def group_outcomes(
@@ -75,199 +71,6 @@ def group_successes(
     level = ((rewards - low) / (high - low)).clamp(0, 1) if high > low else torch.zeros_like(rewards)
     successes = grouped(level.masked_fill(~valid, 0.0), num_generations).sum(dim=1)
     return successes.double().cpu(), grouped(valid, num_generations).sum(dim=1).double().cpu()
-
-
-def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``(k,)`` probability that a group of ``group_size`` rows is informative (not all successes, not all failures)
-    when each row succeeds with a rate ``q ~ Beta(successes, failures)`` (both > 0): the beta-binomial's
-    ``1 - E[q ** G] - E[(1 - q) ** G]``."""
-    a, b = successes.double(), failures.double()
-    log_total = torch.lgamma(a + b) - torch.lgamma(a + b + group_size)
-    all_successes = torch.exp(torch.lgamma(a + group_size) - torch.lgamma(a) + log_total)
-    all_failures = torch.exp(torch.lgamma(b + group_size) - torch.lgamma(b) + log_total)
-    return (1 - all_successes - all_failures).clamp(min=0)
-
-
-@dataclass
-class PromptHistory:
-    """Per dataset row: the ``Outcome`` of its latest group and how many of its groups in a row had it (capped at
-    ``MAX_STREAK``; 0: never drawn). Two bytes a row, so a dataset of millions of rows costs a few MB."""
-
-    kind: torch.Tensor  # (num_rows,) uint8
-    streak: torch.Tensor  # (num_rows,) uint8
-
-    @classmethod
-    def empty(cls, num_rows: int) -> PromptHistory:
-        return cls(torch.zeros(num_rows, dtype=torch.uint8), torch.zeros(num_rows, dtype=torch.uint8))
-
-    def record(self, rows: list[int], outcomes: torch.Tensor) -> None:
-        """Add one outcome per drawn group, in draw order (a prompt drawn twice in a batch counts twice)."""
-        for row, outcome in zip(rows, outcomes.tolist(), strict=True):
-            same = int(self.kind[row]) == outcome
-            self.streak[row] = min(int(self.streak[row]) + 1, MAX_STREAK) if same else 1
-            self.kind[row] = outcome
-
-    def state_dict(self) -> dict:
-        return {"kind": self.kind, "streak": self.streak}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.kind, self.streak = state["kind"].to(torch.uint8), state["streak"].to(torch.uint8)
-
-
-@dataclass
-class ExploreProbs:
-    """The exploration probability ``p`` of each zero-variance kind, adapted toward a target share of zero-variance
-    groups among those generated (``target`` in all, half for each kind), never below ``min_draw_prob``. Each kind's
-    share is decayed over generation batches (``SHARE_DECAY``): one small batch's share is 0 or at least 1/groups, and
-    steering ``p`` by it drifts ``p`` up (benchmarks/explore_controller.py)."""
-
-    target: float
-    min_draw_prob: float
-    all_low: float = EXPLORE_PROB_INIT
-    all_high: float = EXPLORE_PROB_INIT
-    share_decay: float = SHARE_DECAY  # 0: steered by each batch's own share (the controller before issue 18)
-    share_all_low: float | None = None  # decayed share of the kind among the groups generated; None: no batch yet
-    share_all_high: float | None = None
-
-    def adapt(self, outcomes: torch.Tensor) -> None:
-        """One step per generation batch from the ``Outcome`` of every group it generated: a kind whose decayed
-        share is above its half of the target is skipped more (``p`` down), one at or below it less (``p`` up)."""
-        for kind in ZERO_STD_OUTCOMES:
-            name = kind.name.lower()
-            share = (outcomes == kind).float().mean().item()
-            previous = getattr(self, f"share_{name}")
-            share = share if previous is None else self.share_decay * previous + (1 - self.share_decay) * share
-            setattr(self, f"share_{name}", share)
-            p = getattr(self, name) + (EXPLORE_STEP if share <= self.target / 2 else -EXPLORE_STEP)
-            setattr(self, name, min(max(p, self.min_draw_prob), 1.0))
-
-    def draw_prob(self, history: PromptHistory, rows: torch.Tensor) -> torch.Tensor:
-        """``(k,)`` probability of drawing each of the ``rows``: ``p_kind ** streak`` after zero-variance outcomes in
-        a row, 1 after an informative one or none, never below ``min_draw_prob``."""
-        base = torch.tensor([1.0, self.all_low, self.all_high], dtype=torch.float64)
-        probs = base[history.kind[rows].long()] ** history.streak[rows].double()
-        return probs.clamp(min=self.min_draw_prob)
-
-    def state_dict(self) -> dict:
-        return {key: getattr(self, key) for key in ("all_low", "all_high", "share_all_low", "share_all_high")}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.all_low, self.all_high = state["all_low"], state["all_high"]
-        self.share_all_low, self.share_all_high = state.get("share_all_low"), state.get("share_all_high")
-
-
-def dense_ids(values: list) -> tuple[torch.Tensor, int]:
-    """``(len(values),)`` long: each value's index among the distinct values in order of first appearance; and how
-    many distinct values there are."""
-    index: dict = {}
-    ids = torch.tensor([index.setdefault(value, len(index)) for value in values], dtype=torch.long)
-    return ids, len(index)
-
-
-@dataclass
-class GroupPrior:
-    """How likely a prompt with no history of its own is to be drawn, from the prompts that share its group (a
-    column's value: a difficulty label, a source): its group's informative rate over about the last 10 generation
-    batches (``PRIOR_DECAY``), relative to the best group's. On data with a difficulty spread this skips most
-    prompts of a level the model cannot solve yet, or always solves, already on the first pass, where no prompt has
-    a history. A group with too few outcomes (``PRIOR_MIN_OUTCOMES``) counts as informative every time (it is drawn,
-    and the others are drawn at their own rate); while no group has given an informative group, every one is drawn."""
-
-    groups: torch.Tensor  # (num_slots,) long: the group of each history slot
-    counts: torch.Tensor  # (num_groups, 2) float64: decayed informative and total outcomes
-
-    @classmethod
-    def new(cls, values: list) -> GroupPrior:
-        """``values``: one hashable value per history slot; slots with equal values form one group."""
-        groups, num_groups = dense_ids(values)
-        return cls(groups, torch.zeros(num_groups, 2, dtype=torch.float64))
-
-    def record(self, slots: torch.Tensor, outcomes: torch.Tensor) -> None:
-        """One generation batch: decay the counts, then add an outcome per group generated."""
-        self.counts *= PRIOR_DECAY
-        groups = self.groups[slots]
-        self.counts[:, 0].index_add_(0, groups, (outcomes == Outcome.INFORMATIVE).double())
-        self.counts[:, 1].index_add_(0, groups, torch.ones(len(groups), dtype=torch.float64))
-
-    def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
-        """``(k,)`` probability of drawing each of ``slots`` were it never drawn: its group's rate over the best
-        group's, never below ``min_draw_prob``."""
-        informative, total = self.counts.unbind(1)
-        rate = torch.where(total >= PRIOR_MIN_OUTCOMES, informative / total.clamp(min=PRIOR_MIN_OUTCOMES), 1.0)
-        best = rate.max()
-        relative = rate / best if best > 0 else torch.ones_like(rate)
-        return relative.clamp(min=min_draw_prob)[self.groups[slots]]
-
-    def state_dict(self) -> dict:
-        return {"counts": self.counts}
-
-
-@dataclass
-class SuccessRates:
-    """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
-    of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
-    value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``). A prompt's
-    success rate is ``Beta``: its group's rate weighing ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with
-    probability ``(P(informative) / P_best) ** DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never
-    below ``min_draw_prob``. Unlike the streak it tells 4 right of 8 from 7 of 8, and it needs no target share.
-    8 bytes a slot."""
-
-    group_size: int
-    successes: torch.Tensor  # (num_slots,) float32
-    rows: torch.Tensor  # (num_slots,) float32
-    groups: torch.Tensor  # (num_slots,) long
-    group_counts: torch.Tensor  # (num_groups, 2) float64: decayed successes and valid rows
-
-    @classmethod
-    def new(cls, group_size: int, num_slots: int, group_values: list | None = None) -> SuccessRates:
-        """``group_values``: one hashable value per slot (None: one group)."""
-        if group_values is None:
-            groups, num_groups = torch.zeros(num_slots, dtype=torch.long), 1
-        else:
-            groups, num_groups = dense_ids(group_values)
-        counts = torch.zeros(num_slots, dtype=torch.float32)
-        return cls(group_size, counts, counts.clone(), groups, torch.zeros(num_groups, 2, dtype=torch.float64))
-
-    def record(self, slots: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
-        """One generation batch's groups, in draw order (a slot drawn twice counts twice); a group with no valid row
-        changes nothing."""
-        self.group_counts *= PRIOR_DECAY
-        counted = rows > 0
-        slots, successes, rows = slots[counted], successes[counted], rows[counted]
-        for slot, success, row_count in zip(slots.tolist(), successes.tolist(), rows.tolist(), strict=True):
-            self.successes[slot] = SUCCESS_DECAY * self.successes[slot] + success
-            self.rows[slot] = SUCCESS_DECAY * self.rows[slot] + row_count
-        self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
-
-    def group_rates(self) -> torch.Tensor:
-        """``(num_groups,)`` each group's success rate (0.5 before its first valid row), in ``[RATE_CLAMP, 1 -
-        RATE_CLAMP]``."""
-        successes, rows = self.group_counts.unbind(1)
-        rates = torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)
-        return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
-
-    def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
-        """``(k,)`` predicted probability that the next group of each slot's prompt is informative."""
-        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        successes, rows = self.successes[slots].double(), self.rows[slots].double()
-        failures = (rows - successes).clamp(min=0)
-        return informative_prob(prior + successes, RATE_PRIOR_ROWS - prior + failures, self.group_size)
-
-    def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
-        """``(k,)`` probability of drawing each slot's prompt."""
-        rates = self.group_rates()
-        best = informative_prob(RATE_PRIOR_ROWS * rates, RATE_PRIOR_ROWS * (1 - rates), self.group_size).max()
-        return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)
-
-    def clear(self, slots: torch.Tensor) -> None:
-        self.successes[slots], self.rows[slots] = 0.0, 0.0
-
-    def state_dict(self) -> dict:
-        return {"successes": self.successes, "rows": self.rows, "group_counts": self.group_counts}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.successes, self.rows = state["successes"].float(), state["rows"].float()
-        self.group_counts = state["group_counts"].double()
 
 
 def history_key(value) -> int:
@@ -315,23 +118,18 @@ class HashedSlots:
 
 @dataclass
 class PromptSkipper:
-    """The skip state of a run: the outcome histories, the exploration probabilities, and the predictor's own state
-    (checkpointed together).
+    """The skip state of a run: the outcome history of every slot and the predictor (checkpointed together).
 
     Prompts are named by keys. Map-style data: dataset row indices; ``slots`` ``(num_rows,)`` maps each row to its
     history (None: one history per row), and rows that share a key (a difficulty label, or the prompt text) share a
-    slot, so the outcomes of some predict the skip of the others. Streaming data: hashed keys in ``hashed`` slots.
-    The ``"streak"`` predictor draws by the outcome history and ``explore``; with a ``prior``, a prompt whose slot was
-    never drawn is drawn as its group's informative rate says. The ``"success_rate"`` predictor (``rates``) draws by
-    each slot's success rate; the outcome history is kept alongside, for the metrics.
+    slot, so the outcomes of some predict the skip of the others. Streaming data: hashed keys in ``hashed`` slots, a
+    key whose slot another holds counts as never seen (drawn).
     """
 
     history: PromptHistory
-    explore: ExploreProbs
+    predictor: SkipPredictor
     slots: torch.Tensor | None = None
     hashed: HashedSlots | None = field(default=None)
-    prior: GroupPrior | None = None
-    rates: SuccessRates | None = None
 
     @classmethod
     def new(
@@ -345,17 +143,13 @@ class PromptSkipper:
     ) -> PromptSkipper:
         """``keys``: one hashable value per dataset row; rows with equal keys share a history. ``prior_groups``: one
         hashable value per dataset row (one history per row only); rows with equal values form a prior's group.
-        ``success_rate_group_size``: the rows of a group (``num_generations``) for the ``"success_rate"`` predictor;
-        None: the ``"streak"`` predictor."""
+        ``success_rate_group_size``: the rows of a group (``num_generations``) for the success-rate predictor; None:
+        the streak predictor."""
         if prior_groups is not None and keys is not None:
             raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
         slots, num_slots = (None, num_rows) if keys is None else dense_ids(keys)
-        skipper = cls(PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob), slots)
-        if success_rate_group_size is not None:
-            skipper.rates = SuccessRates.new(success_rate_group_size, num_slots, prior_groups)
-        elif prior_groups is not None:
-            skipper.prior = GroupPrior.new(prior_groups)
-        return skipper
+        predictor = new_predictor(num_slots, target, min_draw_prob, prior_groups, success_rate_group_size)
+        return cls(PromptHistory.empty(num_slots), predictor, slots)
 
     @classmethod
     def streaming(
@@ -366,11 +160,8 @@ class PromptSkipper:
         success_rate_group_size: int | None = None,
     ) -> PromptSkipper:
         """Histories of prompts named by ``history_key``: ``num_slots`` slots, whatever the length of the stream."""
-        history, explore = PromptHistory.empty(num_slots), ExploreProbs(target, min_draw_prob)
-        skipper = cls(history, explore, hashed=HashedSlots.empty(num_slots))
-        if success_rate_group_size is not None:
-            skipper.rates = SuccessRates.new(success_rate_group_size, num_slots)
-        return skipper
+        predictor = new_predictor(num_slots, target, min_draw_prob, None, success_rate_group_size)
+        return cls(PromptHistory.empty(num_slots), predictor, hashed=HashedSlots.empty(num_slots))
 
     def _slots(self, keys: torch.Tensor) -> torch.Tensor:
         if self.hashed is not None:
@@ -378,14 +169,8 @@ class PromptSkipper:
         return keys if self.slots is None else self.slots[keys]
 
     def draw_prob(self, keys: torch.Tensor) -> torch.Tensor:
-        slots = self._slots(keys)
-        if self.rates is not None:
-            probs = self.rates.draw_prob(slots, self.explore.min_draw_prob)
-        else:
-            probs = self.explore.draw_prob(self.history, slots)
-            if self.prior is not None:
-                never_drawn = self.history.streak[slots] == 0
-                probs = torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)
+        """``(k,)`` probability of drawing each of the ``(k,)`` long prompt keys."""
+        probs = self.predictor.draw_prob(self._slots(keys), self.history)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
     def record(
@@ -395,34 +180,62 @@ class PromptSkipper:
         successes: torch.Tensor | None = None,
         rows: torch.Tensor | None = None,
     ) -> None:
-        """The outcomes of every group one generation batch generated, in draw order (with the ``"success_rate"``
-        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``); then, for the streak, one
-        step of ``p``."""
+        """The ``Outcome`` of every group one generation batch generated, in draw order (for the success-rate
+        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``)."""
+        if isinstance(self.predictor, SuccessRatePredictor) and (successes is None or rows is None):
+            raise ValueError("The success_rate predictor needs each group's successes and rows with its outcome.")
         keys = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
             taken = self.hashed.claim(keys)
             self.history.kind[taken], self.history.streak[taken] = 0, 0
-            if self.rates is not None:
-                self.rates.clear(taken)
+            self.predictor.clear(taken)
         slots = self._slots(keys)
         self.history.record(slots.tolist(), outcomes)
-        if self.prior is not None:
-            self.prior.record(slots, outcomes)
-        if self.rates is not None:
-            if successes is None or rows is None:
-                raise ValueError("The success_rate predictor needs each group's successes and rows with its outcome.")
-            self.rates.record(slots, successes, rows)
-        else:
-            self.explore.adapt(outcomes)
+        self.predictor.record(slots, outcomes, successes, rows)
+
+    def record_batch(
+        self,
+        parts: list[GroupsOfOneSize],
+        unfinished_keys: list[int],
+        skipped: int,
+        reward_range: tuple[float, float] | None,
+        atol: float,
+    ) -> dict[str, float]:
+        """Every group one generation batch generated (``parts``; ``unfinished_keys``: prompts whose screen differed
+        but whose group was never completed, counted informative with no success) into the history, the outcome of
+        each decided against ``reward_range`` widened by the batch (task reward units). Returns the batch's metrics;
+        ``skipped``: prompts skipped while drawing it."""
+        rewards = torch.cat([part.task_rewards for part in parts])
+        valid = torch.cat([part.valid for part in parts])
+        low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)
+        keys, outcomes, successes, rows = [], [], [], []
+        for part in parts:
+            outcomes.append(group_outcomes(part.task_rewards, part.valid, part.group_size, atol, low_high))
+            part_successes, part_rows = group_successes(part.task_rewards, part.valid, part.group_size, low_high)
+            successes.append(part_successes)
+            rows.append(part_rows)
+            keys += part.keys
+        keys += unfinished_keys
+        unfinished = len(unfinished_keys)
+        outcomes = torch.cat([*outcomes, torch.full((unfinished,), int(Outcome.INFORMATIVE), dtype=torch.long)])
+        successes = torch.cat([*successes, torch.zeros(unfinished, dtype=torch.float64)])
+        rows = torch.cat([*rows, torch.zeros(unfinished, dtype=torch.float64)])
+        self.record(keys, outcomes, successes, rows)
+        drawn = len(keys) + skipped
+        metrics = {
+            "prompts_drawn": drawn,
+            "skipped_frac": skipped / drawn,
+            "zero_std_group_frac": (outcomes != Outcome.INFORMATIVE).float().mean().item(),
+            **self.predictor.metrics(),
+        }
+        if self.hashed is not None:
+            metrics["hash_evictions"] = self.hashed.evictions
+        return {f"prompt_skip/{name}": value for name, value in metrics.items()}
 
     def state_dict(self) -> dict:
-        state = {"history": self.history.state_dict(), "explore": self.explore.state_dict()}
+        state = {"history": self.history.state_dict(), "predictor": self.predictor.state_dict()}
         if self.hashed is not None:
             state["hashed"] = {"keys": self.hashed.keys, "evictions": self.hashed.evictions}
-        if self.prior is not None:
-            state["prior"] = self.prior.state_dict()
-        if self.rates is not None:
-            state["rates"] = self.rates.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -432,25 +245,22 @@ class PromptSkipper:
                 f"The checkpoint's prompt-skip history has {saved} slots, this run's {ours}: the train_dataset or "
                 "skip_history_key differs from the checkpointed run's."
             )
-        if (self.prior is None) != ("prior" not in state) or (
-            self.prior is not None and state["prior"]["counts"].shape != self.prior.counts.shape
-        ):
-            raise ValueError(
-                "The checkpoint's prompt-skip prior does not match this run's: skip_prior_key, or the number of its "
-                "values in the train_dataset, differs from the checkpointed run's."
-            )
-        if (self.rates is None) != ("rates" not in state) or (
-            self.rates is not None and state["rates"]["group_counts"].shape != self.rates.group_counts.shape
-        ):
-            raise ValueError(
-                "The checkpoint's prompt-skip success rates do not match this run's: skip_predictor, skip_prior_key, "
-                "or the number of its values in the train_dataset, differs from the checkpointed run's."
-            )
+        self.predictor.load_state_dict(state["predictor"])
         self.history.load_state_dict(state["history"])
-        self.explore.load_state_dict(state["explore"])
-        if self.prior is not None:
-            self.prior.counts = state["prior"]["counts"].to(torch.float64)
-        if self.rates is not None:
-            self.rates.load_state_dict(state["rates"])
         if self.hashed is not None:
             self.hashed = HashedSlots(state["hashed"]["keys"].to(torch.long), state["hashed"]["evictions"])
+
+
+def new_predictor(
+    num_slots: int,
+    target: float,
+    min_draw_prob: float,
+    prior_groups: list | None,
+    success_rate_group_size: int | None,
+) -> SkipPredictor:
+    """The success-rate predictor when ``success_rate_group_size`` is given (its groups: ``prior_groups``, or one),
+    else the streak (with a prior over ``prior_groups`` when given)."""
+    if success_rate_group_size is not None:
+        return SuccessRatePredictor(SuccessRates.new(success_rate_group_size, num_slots, prior_groups), min_draw_prob)
+    prior = GroupPrior.new(prior_groups) if prior_groups is not None else None
+    return StreakPredictor(ExploreProbs(target, min_draw_prob), prior)

@@ -1,6 +1,7 @@
-"""Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint`` is the
-run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
-drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
+"""``trl_zerostd/state.py``: the state built from the settings (a feature on exactly when its object exists), saved and
+restored. Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint``
+is the run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step
+(prompts drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
 ``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset, and with the
 success-rate predictor (``tests/resume_worker.py``). TRL's own trainer is the control.
 """
@@ -9,9 +10,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
+from datasets import Dataset
 from test_distributed import two_process_command
+
+from trl_zerostd.config import ZeroStdArguments
+from trl_zerostd.state import SKIP_STATE_FILE, STATE_FILE, build_state
 
 WORKER = Path(__file__).parent / "resume_worker.py"
 TIMEOUT_S = 300
@@ -62,3 +69,38 @@ def test_a_resume_with_other_settings_is_refused_and_one_with_the_same_trains_on
     same = make_trainer(**{**settings, "max_steps": 2})
     same.train(resume_from_checkpoint=checkpoint)
     assert same.state.global_step == 2
+
+
+def built(**settings):
+    dataset = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "3+5="], "level": [1, 1, 2, 2]})
+    return build_state(ZeroStdArguments(**settings), SimpleNamespace(seed=0), "grpo", dataset, 2, 1, 0)
+
+
+def test_build_state_makes_an_object_exactly_for_each_feature_on():
+    assert built().refiller is None and built().skipper is None
+    dynamic = built(dynamic_sampling=True)
+    assert dynamic.refiller is not None and dynamic.skipper is None
+    skipping = built(skip_zero_std_prompts=True, skip_predictor="success_rate", skip_prior_key="level")
+    assert type(skipping.skipper.predictor).__name__ == "SuccessRatePredictor"
+    with pytest.raises(ValueError, match="skip_prior_key='band' is not a column"):
+        built(skip_zero_std_prompts=True, skip_prior_key="band")
+    with pytest.raises(ValueError, match="zero_std_kl='keep_failed' applies to GRPO"):
+        build_state(ZeroStdArguments(zero_std_kl="keep_failed"), SimpleNamespace(seed=0), "rloo", [], 2, 1, 0)
+
+
+def test_state_saves_and_loads_every_part(tmp_path):
+    state = built(skip_zero_std_prompts=True, dynamic_sampling=True)
+    state.reward_range = (0.0, 1.0)
+    state.stall_monitor.observe_step(0)
+    state.refiller.informative_history = (1.5, 3.0)
+    state.refiller.stream.draw(3, state.skipper.draw_prob)
+    state.skipper.record([0, 1], torch.tensor([1, 0]))
+    state.save(str(tmp_path))
+    assert {STATE_FILE, SKIP_STATE_FILE} <= {path.name for path in tmp_path.iterdir()}
+    restored = built(skip_zero_std_prompts=True, dynamic_sampling=True)
+    restored.load(str(tmp_path))
+    assert restored.state_dict() == state.state_dict()
+    assert torch.equal(restored.skipper.history.streak, state.skipper.history.streak)
+    assert restored.skipper.predictor.explore == state.skipper.predictor.explore
+    with pytest.raises(ValueError, match="dynamic_sampling: this run False, the checkpoint True"):
+        built(skip_zero_std_prompts=True).load(str(tmp_path))

@@ -1,0 +1,214 @@
+"""The package's state in a trainer, in one typed home: ``ZeroStdState`` holds the settings, the task-reward range,
+the stall monitor and, when dynamic sampling or prompt skipping is on, the ``BatchRefiller`` (prompt stream and
+skipper). ``build_state`` is the one place that turns settings into objects: a feature is on exactly when its
+object exists (``state.refiller``, ``state.skipper``), and nothing reads the switches again.
+
+A checkpoint carries ``trl_zerostd.json``: the settings (a resume under other settings is refused, naming each) and
+the running state (reward range, stall monitor, the stream's place, the refill's decayed group counts), and with
+prompt skipping ``trl_zerostd_prompt_skip.pt``: the skipper's tensors (two bytes a dataset row and the predictor's,
+too large for JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+from datasets import IterableDataset
+
+from . import core
+from .config import ZeroStdArguments, check_compatible
+from .monitor import StallMonitor, stall_advice
+from .refill import BatchRefiller
+from .sampling import STREAM_SEED_OFFSET, PromptStream, RowStream
+from .skipping import PromptSkipper, history_key
+
+STATE_FILE = "trl_zerostd.json"
+SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
+ENVIRONMENT_PLACEHOLDER = [{"role": "user", "content": ""}]  # TRL 1.16's prompt rows when an environment owns the data
+
+
+@dataclass
+class ZeroStdState:
+    """Everything the package keeps across a run (a trainer holds it as ``zero_std``). ``reward_range``: the lowest
+    and highest valid task reward seen in training (``zero_std_kl="keep_failed"`` and the skip outcomes read it);
+    ``rows_trained_this_step``: rows with a policy or KL term in the optimizer step so far, all micro-batches."""
+
+    settings: ZeroStdArguments
+    stall_monitor: StallMonitor
+    refiller: BatchRefiller | None = None
+    reward_range: tuple[float, float] | None = None
+    rows_trained_this_step: int = 0
+
+    @property
+    def skipper(self) -> PromptSkipper | None:
+        return self.refiller.skipper if self.refiller is not None else None
+
+    def decide_plan(
+        self,
+        task_rewards: torch.Tensor,
+        rewards_per_func: torch.Tensor,
+        truncated: torch.Tensor,
+        rejected: torch.Tensor,
+        num_generations: int,
+    ) -> core.RowPlan:
+        """The gathered batch's ``RowPlan`` under the settings, after widening ``reward_range`` by its valid rows
+        (``(N,)`` task rewards, ``(N, K)`` rewards per function, ``(N,)`` truncated and rejected)."""
+        settings = self.settings
+        self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))
+        return core.decide_row_plan(
+            task_rewards,
+            num_generations,
+            truncated=truncated,
+            unscorable=core.unscorable_rows(rewards_per_func),
+            rejected=rejected,
+            mask_zero_std_groups=settings.mask_zero_std_groups,
+            zero_std_atol=settings.zero_std_atol,
+            exclude_masked_from_baseline=settings.exclude_masked_from_baseline,
+            zero_std_kl=settings.zero_std_kl,
+            reward_range=self.reward_range,
+        )
+
+    def state_dict(self) -> dict:
+        """JSON: the settings and the running state."""
+        refill = self.refiller.state_dict() if self.refiller is not None else {"prompt_stream": None}
+        return {
+            "settings": asdict(self.settings),
+            "reward_range": self.reward_range,
+            "stall_monitor": self.stall_monitor.state_dict(),
+            "informative_history": [0.0, 0.0],
+            **refill,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        # The refill, skipper and stall monitor were built from this run's settings and checked against its TRL
+        # config: a checkpoint made under other settings cannot be restored into them.
+        saved = asdict(ZeroStdArguments(**state["settings"]))
+        changed = [f"{k}: this run {getattr(self.settings, k)!r}, the checkpoint {v!r}"
+                   for k, v in saved.items() if getattr(self.settings, k) != v]  # fmt: skip
+        if changed:
+            raise ValueError(
+                "Resuming from a checkpoint made with other trl_zerostd settings: " + "; ".join(changed) + ". Resume "
+                "with the checkpoint's settings, or start a new run (its state would not match these settings)."
+            )
+        self.reward_range = tuple(state["reward_range"]) if state["reward_range"] is not None else None
+        self.stall_monitor.load_state_dict(state["stall_monitor"])
+        if self.refiller is not None and state.get("prompt_stream") is not None:
+            self.refiller.load_state_dict(state)
+
+    def save(self, folder: str) -> None:
+        with open(os.path.join(folder, STATE_FILE), "w") as f:
+            json.dump(self.state_dict(), f, indent=2)
+        if self.skipper is not None:
+            torch.save(self.skipper.state_dict(), os.path.join(folder, SKIP_STATE_FILE))
+
+    def load(self, folder: str) -> None:
+        """Restore what ``save`` wrote into ``folder`` (a checkpoint without it, TRL's own, leaves the state)."""
+        path = os.path.join(folder, STATE_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                self.load_state_dict(json.load(f))
+        skip_state = os.path.join(folder, SKIP_STATE_FILE)
+        if self.skipper is not None and os.path.exists(skip_state):
+            self.skipper.load_state_dict(torch.load(skip_state))
+
+
+def build_state(
+    settings: ZeroStdArguments,
+    trl_args,
+    trainer_kind: str,
+    train_dataset,
+    num_generations: int,
+    world_size: int,
+    rank: int,
+    shuffle_dataset: bool = True,
+    has_environments: bool = False,
+) -> ZeroStdState:
+    """The state of a run, checked against TRL's config (``trl_args``, ``trainer_kind``: "grpo" or "rloo"); with
+    dynamic sampling or prompt skipping, the refill over ``train_dataset``, whose dataset-dependent settings are
+    checked here (a ValueError names the setting at fault)."""
+    check_compatible(settings, trl_args, trainer_kind)
+    monitor = StallMonitor(advice=stall_advice(settings.zero_std_kl, settings.dynamic_sampling))
+    refiller = None
+    if settings.dynamic_sampling or settings.skip_zero_std_prompts:
+        stream, skipper = prompt_source(
+            settings, train_dataset, trl_args.seed, num_generations, shuffle_dataset, has_environments
+        )
+        dataset = None if isinstance(stream, RowStream) else train_dataset
+        refiller = BatchRefiller(settings, stream, dataset, num_generations, world_size, rank, skipper)
+    return ZeroStdState(settings, monitor, refiller)
+
+
+def prompt_source(
+    settings: ZeroStdArguments,
+    dataset,
+    seed: int,
+    num_generations: int,
+    shuffle_dataset: bool,
+    has_environments: bool,
+) -> tuple[PromptStream | RowStream, PromptSkipper | None]:
+    """The seeded prompt stream over ``dataset`` and, with prompt skipping, its skipper."""
+    key, skipping, prior_key = settings.skip_history_key, settings.skip_zero_std_prompts, settings.skip_prior_key
+    rate_group_size = num_generations if settings.skip_predictor == "success_rate" else None
+    if isinstance(dataset, IterableDataset):
+        if prior_key is not None:
+            raise ValueError(
+                f"skip_prior_key={prior_key!r} needs a map-style train_dataset (its groups are read from the "
+                "column up front); this train_dataset is streaming (IterableDataset). Leave skip_prior_key unset, "
+                "or pass a datasets.Dataset."
+            )
+        stream = row_stream(dataset, (key or "prompt") if skipping else None, seed, shuffle_dataset)
+        if not skipping:
+            return stream, None
+        target, floor = settings.skip_target_zero_std_frac, settings.skip_min_draw_prob
+        return stream, PromptSkipper.streaming(target, floor, success_rate_group_size=rate_group_size)
+    stream = PromptStream(len(dataset), seed)
+    if not skipping:
+        return stream, None
+    if (
+        has_environments
+        and dataset.column_names == ["prompt"]
+        and all(prompt == ENVIRONMENT_PLACEHOLDER for prompt in dataset["prompt"])
+    ):
+        raise ValueError(
+            "skip_zero_std_prompts needs a train_dataset that names its prompts: with none, the environment's "
+            "reset() makes every prompt, and no prompt has a history to skip by. Pass a train_dataset (one row "
+            "per task), or use dynamic_sampling alone."
+        )
+    for name, column in (("skip_history_key", key), ("skip_prior_key", prior_key)):
+        if column is not None and column not in dataset.column_names:
+            columns = dataset.column_names
+            raise ValueError(f"{name}={column!r} is not a column of the train_dataset (columns: {columns}).")
+    return stream, PromptSkipper.new(
+        len(dataset),
+        settings.skip_target_zero_std_frac,
+        settings.skip_min_draw_prob,
+        keys=None if key is None else [repr(value) for value in dataset[key]],
+        prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
+        success_rate_group_size=rate_group_size,
+    )
+
+
+def row_stream(dataset: IterableDataset, key_column: str | None, seed: int, shuffle_dataset: bool) -> RowStream:
+    """A seeded stream over a streaming train_dataset: a buffered shuffle as TRL's, with another seed; each row keyed
+    by ``history_key`` of its ``key_column`` (None: no skipping, key 0)."""
+    if shuffle_dataset:
+        dataset = dataset.shuffle(seed=seed + STREAM_SEED_OFFSET)
+
+    def open_pass(epoch: int):
+        dataset.set_epoch(epoch)
+        return iter(dataset)
+
+    def key(row: dict) -> int:
+        if key_column is None:
+            return 0
+        if key_column not in row:
+            raise ValueError(
+                f"Prompt skipping keys its history by the {key_column!r} field of each streamed row, which this "
+                f"row lacks (fields: {sorted(row)}): set skip_history_key to a field every row has."
+            )
+        return history_key(row[key_column])
+
+    return RowStream(open_pass, key, seed)
