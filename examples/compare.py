@@ -9,7 +9,7 @@ Every other flag goes to both runs (see examples/train_grpo.py --help; flags of 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train_cli import end_run, plot_metrics, reward_summary, run, without_package_flags
+from train_cli import plot_metrics, reward_summary, run, without_package_flags
 from transformers import HfArgumentParser
 from trl import GRPOConfig, GRPOTrainer
 
@@ -36,7 +36,4 @@ if __name__ == "__main__":
     plot_metrics(histories, path)
     for name, history in histories.items():
         print(f"{name}: {reward_summary(history)}")
-    print(f"Side-by-side plot: {path}")
-    accelerator = trainer.accelerator
-    del trainer
-    end_run(accelerator)
+    print(f"Side-by-side plot: {path}")  # the process group, if any, is ended at exit by our trainer

@@ -166,18 +166,16 @@ def make_parser(config_cls, **defaults) -> TrlParser:
 
 
 def main(trainer_cls, config_cls, **defaults) -> None:
-    """A script's entry point: ``run`` with the command line, then ``end_run``."""
-    end_run(run(trainer_cls, config_cls, **defaults).accelerator)
+    """A script's entry point: ``run`` with the command line. A multi-process run of this package's trainers needs
+    nothing more at exit (they end the process group themselves: ``trl_zerostd/_exit.py``)."""
+    run(trainer_cls, config_cls, **defaults)
 
 
 def end_run(accelerator) -> None:
-    """End a finished run's distributed state while the interpreter is whole: drop the accelerator's models and
-    optimizers (FSDP's and DeepSpeed's hold communication handles), collect them, destroy the process group.
-
-    Without it a multi-process run can abort at exit after training finished (``terminate called without an active
-    exception``, exit code 1): torch leaves gloo's worker threads alive into interpreter shutdown
-    (``tests/stress_launches.py`` shows it with plain torch and no TRL). Call it after the last use of the trainer.
-    """
+    """For TRL's own trainers, which do not end the process group at exit: drop the accelerator's models and
+    optimizers (FSDP's and DeepSpeed's hold communication handles), collect them, destroy the process group, while
+    the interpreter is whole. Without it a multi-process run can abort at exit after training finished (``terminate
+    called without an active exception``, exit code 1; ``tests/stress_launches.py`` shows it with plain torch)."""
     accelerator.free_memory()
     gc.collect()
     accelerator.end_training()

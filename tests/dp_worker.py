@@ -27,6 +27,7 @@ from conftest import BASE_CLASSES, OUR_CLASSES, answer_reward, constant_reward, 
 from tiny_model import build_tokenizer  # noqa: E402
 from train_cli import end_run  # noqa: E402
 
+from trl_zerostd._adapter import ZeroStdAdapter  # noqa: E402
 from trl_zerostd.config import ZERO_STD_FIELDS  # noqa: E402
 
 GLOBAL_BATCH = 8
@@ -166,7 +167,7 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
         "sharded": any(hasattr(p, "full_tensor") for p in trainer.model.parameters()),  # FSDP2's DTensor shards
         "distributed_type": str(trainer.accelerator.distributed_type),
     }
-    skipper = trainer.zero_std.skipper
+    skipper = trainer.zero_std.skipper if isinstance(trainer, ZeroStdAdapter) else None  # TRL's own: no skipper
     if skipper is not None:
         slots = range(len(skipper.history.kind))
         if skipper.hashed is not None:  # the slots in use, by the key that holds each

@@ -1,7 +1,9 @@
 """The package's state in a trainer, in one typed home: ``ZeroStdState`` holds the settings, the task-reward range,
 the stall monitor and, when dynamic sampling or prompt skipping is on, the ``BatchRefiller`` (prompt stream and
-skipper). ``build_state`` is the one place that turns settings into objects: a feature is on exactly when its
-object exists (``state.refiller``, ``state.skipper``), and nothing reads the switches again.
+skipper). ``build_state`` is the one place that turns settings into objects: the refill is on exactly when
+``state.refiller`` exists (dynamic sampling or prompt skipping), prompt skipping exactly when ``state.skipper``
+exists, and no code reads those two switches again; the refill reads its own mode (dynamic sampling, its screen)
+from the settings it holds.
 
 A checkpoint carries ``trl_zerostd.json``: the settings (a resume under other settings is refused, naming each) and
 the running state (reward range, stall monitor, the stream's place, the refill's decayed group counts), and with

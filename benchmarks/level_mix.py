@@ -1,0 +1,56 @@
+"""Which difficulty levels a run trained on: per arm and seed of a time-to-accuracy study, the steps (of the run)
+that trained at least one group of each level, read from each run's ``metrics.json`` (the ``level/<x>/accuracy``
+metric is logged only for the levels of the step's groups). Shows what prompt skipping's level prior made of the
+data: a level it drew rarely is a level it barely trained on.
+
+    python benchmarks/level_mix.py                                    # the real-model study's runs
+    python benchmarks/level_mix.py --runs_dir outputs/time_to_accuracy --arms trl skip-rate-prior --prefix spread
+
+The run folders (``<runs_dir>/<arm>-seed<n>/``) are written by the study's runs and are not kept in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class LevelMixArguments:
+    runs_dir: str = field(default="docs/time_to_accuracy_real/runs")
+    arms: list[str] = field(default_factory=lambda: ["trl", "masking", "skip-rate-prior"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    prefix: str = field(default="level", metadata={"help": "The task's metric prefix: level (chat_arith), spread."})
+
+
+def level_steps(history: list[dict], prefix: str) -> dict[str, int]:
+    """Per level, the logged training steps whose batch held a group of it."""
+    steps = [entry for entry in history if "loss" in entry]
+    keys = {key for entry in steps for key in entry}
+    names = sorted({key.split("/")[1] for key in keys if key.startswith(f"{prefix}/") and key.endswith("/accuracy")})
+    return {name: sum(f"{prefix}/{name}/accuracy" in entry for entry in steps) for name in names}
+
+
+def main(args: LevelMixArguments) -> None:
+    rows = []
+    for arm in args.arms:
+        for seed in args.seeds:
+            path = Path(args.runs_dir) / f"{arm}-seed{seed}" / "metrics.json"
+            if not path.exists():
+                continue
+            data = json.loads(path.read_text())
+            history = data["log_history"] if isinstance(data, dict) else data
+            rows.append((arm, seed, level_steps(history, args.prefix), sum("loss" in e for e in history)))
+    levels = sorted({name for *_, counts, _ in rows for name in counts})
+    print(f"| arm | seed | steps | {' | '.join(f'level {name}' for name in levels)} |")
+    print("|---|---|---|" + "---|" * len(levels))
+    for arm, seed, counts, steps in rows:
+        print(f"| {arm} | {seed} | {steps} | {' | '.join(str(counts.get(name, 0)) for name in levels)} |")
+
+
+if __name__ == "__main__":
+    from trl import TrlParser
+
+    (parsed,) = TrlParser((LevelMixArguments,)).parse_args_and_config()
+    main(parsed)
