@@ -324,6 +324,12 @@ MUTATIONS = [  # (label, file, original, mutant)
         "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots",
     ),
     (
+        "skipping: a group's rate is the ratio of its decayed counts (no prior: a starved group stays starved)",
+        "predictors.py",
+        "(successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)",
+        "torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)",
+    ),
+    (
         "skipping: success-rate draws not relative to the best group",
         "predictors.py",
         "((self.informative_prob(slots) / best) ** DRAW_POWER)",

@@ -28,6 +28,7 @@ PRIOR_DECAY = 0.9  # per generation batch: a group's informative rate looks back
 PRIOR_MIN_OUTCOMES = 4.0  # decayed outcomes of a group before its rate is trusted (its prompts are drawn till then)
 SUCCESS_DECAY = 0.5  # success_rate: each new group of a prompt halves the weight of its earlier ones
 RATE_PRIOR_ROWS = 4.0  # success_rate: the group's rate weighs as much as this many rows of the prompt's own
+GROUP_RATE_PRIOR_ROWS = 2.0  # success_rate: a group's rate starts at 0.5 weighing this many rows (Laplace's rule)
 RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
 DRAW_POWER = 2.0  # success_rate: draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 
@@ -172,11 +173,11 @@ class GroupPrior:
 class SuccessRates:
     """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
     of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
-    value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``). A prompt's
-    success rate is ``Beta``: its group's rate weighing ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with
-    probability ``(P(informative) / P_best) ** DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never
-    below ``min_draw_prob``. Unlike the streak it tells 4 right of 8 from 7 of 8, and it needs no target share.
-    8 bytes a slot."""
+    value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``), from 0.5
+    weighing ``GROUP_RATE_PRIOR_ROWS`` rows. A prompt's success rate is ``Beta``: its group's rate weighing
+    ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with probability ``(P(informative) / P_best) **
+    DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. Unlike the
+    streak it tells 4 right of 8 from 7 of 8, and it needs no target share. 8 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
@@ -206,10 +207,13 @@ class SuccessRates:
         self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
 
     def group_rates(self) -> torch.Tensor:
-        """``(num_groups,)`` each group's success rate (0.5 before its first valid row), in ``[RATE_CLAMP, 1 -
-        RATE_CLAMP]``."""
+        """``(num_groups,)`` each group's success rate, ``(successes + 1) / (rows + 2)`` over its decayed counts
+        (``GROUP_RATE_PRIOR_ROWS``), in ``[RATE_CLAMP, 1 - RATE_CLAMP]``. Why not the ratio alone: a group judged from
+        a group or two of rows (all wrong, say) is drawn at the floor, so its counts only decay and a ratio would stay
+        where it was for the rest of the run; with the prior, its rate returns toward 0.5 as its evidence ages, and it
+        is measured again (a level of the real-model study was starved by the ratio: docs/studies/real_model.md)."""
         successes, rows = self.group_counts.unbind(1)
-        rates = torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)
+        rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
 
     def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
