@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trl_zerostd.skipping import SHARE_DECAY, ExploreProbs
+from trl_zerostd.predictors import SHARE_DECAY, ExploreProbs
 
 POPULATION = (0.2, 0.4, 0.4)  # informative, all-low, all-high
 

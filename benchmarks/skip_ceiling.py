@@ -32,7 +32,7 @@ import torch
 from runs import run_all, train_job
 from time_to_accuracy import TimeToAccuracyArguments, common_flags
 
-from trl_zerostd.skipping import SuccessRates, informative_prob
+from trl_zerostd.success_rate import SuccessRates, informative_prob
 
 SHARES = (0.3, 0.5)  # of the groups, scored highest
 CELL_DECAY = 0.9  # per batch, as the prior's

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ORDER = [
     "tests/test_core.py", "tests/test_estimators.py", "tests/test_sampling.py", "tests/test_predictors.py",
-    "tests/test_skipping.py", "tests/test_monitor.py",
+    "tests/test_success_rate.py", "tests/test_skipping.py", "tests/test_monitor.py",
     "tests/test_grpo.py", "tests/test_rloo.py", "tests/test_adapter.py", "tests/test_refill.py",
     "tests/test_config.py", "tests/test_state.py", "tests/test_distributed.py",
 ]  # fmt: skip
@@ -313,37 +313,37 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "skipping: a prompt's earlier groups never fade",
-        "predictors.py",
+        "success_rate.py",
         "SUCCESS_DECAY = 0.5",
         "SUCCESS_DECAY = 1.0",
     ),
     (
         "skipping: the success rate ignores its group's rate",
-        "predictors.py",
+        "success_rate.py",
         "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]",
         "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots",
     ),
     (
         "skipping: a group's rate is the ratio of its decayed counts (no prior: a starved group stays starved)",
-        "predictors.py",
+        "success_rate.py",
         "(successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)",
         "torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)",
     ),
     (
         "skipping: success-rate draws not relative to the best group",
-        "predictors.py",
+        "success_rate.py",
         "((self.informative_prob(slots) / best) ** DRAW_POWER)",
         "(self.informative_prob(slots) ** DRAW_POWER)",
     ),
     (
         "skipping: an evicted slot keeps its success rate",
-        "predictors.py",
+        "success_rate.py",
         "        self.rates.clear(slots)\n",
         "        pass\n",
     ),
     (
         "skipping: success rates not restored",
-        "predictors.py",
+        "success_rate.py",
         'self.rates.load_state_dict(state["rates"])',
         "pass",
     ),

@@ -1,6 +1,6 @@
 """Prompt skipping: which prompts to draw, from what their earlier groups gave. ``PromptSkipper`` maps prompts to
 history slots, keeps each slot's outcome record, turns a batch's rewards into outcomes, and asks its predictor
-(``predictors.py``: the streak or the success rate) how likely each prompt is to be drawn.
+(``predictors.py``: the streak; ``success_rate.py``: the success rate) how likely each prompt is to be drawn.
 
 No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
 prompt (``history_key``); ``G = num_generations``.
@@ -14,18 +14,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .core import grouped, widen_reward_range, zero_std_groups
-from .predictors import (
-    ExploreProbs,
-    GroupPrior,
-    Outcome,
-    PromptHistory,
-    SkipPredictor,
-    StreakPredictor,
-    SuccessRatePredictor,
-    SuccessRates,
-    dense_ids,
-)
+from .predictors import ExploreProbs, GroupPrior, Outcome, PromptHistory, SkipPredictor, StreakPredictor, dense_ids
 from .sampling import stable_hash
+from .success_rate import SuccessRatePredictor, SuccessRates
 
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
 

@@ -1,0 +1,130 @@
+"""The ``"success_rate"`` prompt-skip predictor: a per-prompt success rate over its recent groups, Beta-distributed
+around its group's rate; a prompt is drawn by the chance that its next group is informative (beta-binomial).
+
+No trainer or TRL import. Slots and groups as in ``predictors.py``; ``G = num_generations``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .predictors import MISMATCH_RATES, PRIOR_DECAY, PromptHistory, dense_ids
+
+SUCCESS_DECAY = 0.5  # each new group of a prompt halves the weight of its earlier ones
+RATE_PRIOR_ROWS = 4.0  # the group's rate weighs as much as this many rows of the prompt's own
+GROUP_RATE_PRIOR_ROWS = 2.0  # a group's rate starts at 0.5 weighing this many rows (Laplace's rule)
+RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
+DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
+
+
+def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``(k,)`` probability that a group of ``group_size`` rows is informative (not all successes, not all failures)
+    when each row succeeds with a rate ``q ~ Beta(successes, failures)`` (both > 0): the beta-binomial's
+    ``1 - E[q ** G] - E[(1 - q) ** G]``."""
+    a, b = successes.double(), failures.double()
+    log_total = torch.lgamma(a + b) - torch.lgamma(a + b + group_size)
+    all_successes = torch.exp(torch.lgamma(a + group_size) - torch.lgamma(a) + log_total)
+    all_failures = torch.exp(torch.lgamma(b + group_size) - torch.lgamma(b) + log_total)
+    return (1 - all_successes - all_failures).clamp(min=0)
+
+
+@dataclass
+class SuccessRates:
+    """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
+    of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
+    value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``), from 0.5
+    weighing ``GROUP_RATE_PRIOR_ROWS`` rows. A prompt's success rate is ``Beta``: its group's rate weighing
+    ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with probability ``(P(informative) / P_best) **
+    DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. Unlike the
+    streak it tells 4 right of 8 from 7 of 8, and it needs no target share. 8 bytes a slot."""
+
+    group_size: int
+    successes: torch.Tensor  # (num_slots,) float32
+    rows: torch.Tensor  # (num_slots,) float32
+    groups: torch.Tensor  # (num_slots,) long
+    group_counts: torch.Tensor  # (num_groups, 2) float64: decayed successes and valid rows
+
+    @classmethod
+    def new(cls, group_size: int, num_slots: int, group_values: list | None = None) -> SuccessRates:
+        """``group_values``: one hashable value per slot (None: one group)."""
+        if group_values is None:
+            groups, num_groups = torch.zeros(num_slots, dtype=torch.long), 1
+        else:
+            groups, num_groups = dense_ids(group_values)
+        counts = torch.zeros(num_slots, dtype=torch.float32)
+        return cls(group_size, counts, counts.clone(), groups, torch.zeros(num_groups, 2, dtype=torch.float64))
+
+    def record(self, slots: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+        """One generation batch's groups, in draw order (a slot drawn twice counts twice); a group with no valid row
+        changes nothing."""
+        self.group_counts *= PRIOR_DECAY
+        counted = rows > 0
+        slots, successes, rows = slots[counted], successes[counted], rows[counted]
+        for slot, success, row_count in zip(slots.tolist(), successes.tolist(), rows.tolist(), strict=True):
+            self.successes[slot] = SUCCESS_DECAY * self.successes[slot] + success
+            self.rows[slot] = SUCCESS_DECAY * self.rows[slot] + row_count
+        self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
+
+    def group_rates(self) -> torch.Tensor:
+        """``(num_groups,)`` each group's success rate, ``(successes + 1) / (rows + 2)`` over its decayed counts
+        (``GROUP_RATE_PRIOR_ROWS``), in ``[RATE_CLAMP, 1 - RATE_CLAMP]``. Why not the ratio alone: a group judged from
+        a group or two of rows (all wrong, say) is drawn at the floor, so its counts only decay and a ratio would stay
+        where it was for the rest of the run; with the prior, its rate returns toward 0.5 as its evidence ages, and it
+        is measured again (a level of the real-model study was starved by the ratio: docs/studies/real_model.md)."""
+        successes, rows = self.group_counts.unbind(1)
+        rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
+        return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
+
+    def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
+        """``(k,)`` predicted probability that the next group of each slot's prompt is informative."""
+        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
+        successes, rows = self.successes[slots].double(), self.rows[slots].double()
+        failures = (rows - successes).clamp(min=0)
+        return informative_prob(prior + successes, RATE_PRIOR_ROWS - prior + failures, self.group_size)
+
+    def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
+        """``(k,)`` probability of drawing each slot's prompt."""
+        rates = self.group_rates()
+        best = informative_prob(RATE_PRIOR_ROWS * rates, RATE_PRIOR_ROWS * (1 - rates), self.group_size).max()
+        return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)
+
+    def clear(self, slots: torch.Tensor) -> None:
+        self.successes[slots], self.rows[slots] = 0.0, 0.0
+
+    def state_dict(self) -> dict:
+        return {"successes": self.successes, "rows": self.rows, "group_counts": self.group_counts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.successes, self.rows = state["successes"].float(), state["rows"].float()
+        self.group_counts = state["group_counts"].double()
+
+
+@dataclass
+class SuccessRatePredictor:
+    """Draws by each slot's success rate (``SuccessRates.draw_prob``), never below ``min_draw_prob``."""
+
+    rates: SuccessRates
+    min_draw_prob: float
+
+    def draw_prob(self, slots: torch.Tensor, history: PromptHistory) -> torch.Tensor:
+        return self.rates.draw_prob(slots, self.min_draw_prob)
+
+    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+        self.rates.record(slots, successes, rows)
+
+    def clear(self, slots: torch.Tensor) -> None:
+        self.rates.clear(slots)
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {"kind": "success_rate", "rates": self.rates.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        counts = state["rates"]["group_counts"] if state.get("kind") == "success_rate" else None
+        if counts is None or counts.shape != self.rates.group_counts.shape:
+            raise ValueError(MISMATCH_RATES)
+        self.rates.load_state_dict(state["rates"])
