@@ -360,10 +360,10 @@ MUTATIONS = [  # (label, file, original, mutant)
         "if self.untrained_run > self.patience:",
     ),
     (
-        "sampling: a screen round ignores the prompts still waiting",
+        "sampling: a screen round screens for the missing groups the waiting prompts complete",
         "sampling.py",
-        "shortfall = missing - count - continued_prompts(waiting - count, batch_groups, world_size, G - screen)",
-        "shortfall = missing - count",
+        "    shortfall = missing - count\n",
+        "    shortfall = missing\n",
     ),
     (
         "skipping: a batch's rewards do not widen the range its outcomes are decided by",

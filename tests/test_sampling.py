@@ -1,6 +1,8 @@
 """Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill and screen sizes and the choice of
 groups."""
 
+import math
+
 import pytest
 import torch
 
@@ -202,3 +204,16 @@ def test_plan_screen_round():
         0, 4, True
     )  # 3 groups of 7 rows: 4 on 2 ranks
     assert plan_screen_round(4, 0, False, 1, 8, 4, 1, 8, 2) == ScreenRound(0, 16, False)  # pass rate floored at 1/4
+
+
+def test_a_round_that_screens_leaves_no_waiting_prompt_it_could_complete():
+    """Why ``plan_screen_round`` screens for all that is missing after the prompts it completes: whenever groups are
+    still missing, the prompts left waiting are fewer than the smallest count whose rows split over the ranks."""
+    for world_size in (1, 2, 3, 4):
+        for rest in range(1, 9):
+            step = world_size // math.gcd(rest, world_size)
+            for missing in range(12):
+                for waiting in range(16):
+                    count = continued_prompts(waiting, missing, world_size, rest)
+                    if count < missing:
+                        assert waiting - count < step and continued_prompts(waiting - count, 16, world_size, rest) == 0

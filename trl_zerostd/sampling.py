@@ -218,12 +218,13 @@ def plan_screen_round(
     screen: int,
 ) -> ScreenRound:
     """The next round for ``missing`` informative groups with ``waiting`` prompts whose screen passed; ``passed`` of
-    ``screened`` screens so far (earlier batches' decayed counts included) set how many new prompts to screen. The
-    prompts still waiting after this round count toward a full batch, so new screens cover only the rest."""
+    ``screened`` screens so far (earlier batches' decayed counts included) set how many new prompts to screen. Where
+    some are still missing, ``count`` took every waiting prompt that a count split over ranks allows, so those left
+    waiting cannot complete a group this round and new screens cover all that is missing."""
     count = continued_prompts(waiting, missing, world_size, G - screen)
     if last_round:
         return ScreenRound(count, splittable(max(missing - count, 0), G, world_size), whole=True)
-    shortfall = missing - count - continued_prompts(waiting - count, batch_groups, world_size, G - screen)
+    shortfall = missing - count
     prompts = screen_prompts(shortfall, passed, screened, batch_groups, world_size, G, screen) if shortfall > 0 else 0
     return ScreenRound(count, prompts, whole=False)
 
