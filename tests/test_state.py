@@ -18,6 +18,7 @@ from datasets import Dataset
 from test_distributed import two_process_command
 
 from trl_zerostd.config import ZeroStdArguments
+from trl_zerostd.core import RowRole
 from trl_zerostd.state import SKIP_STATE_FILE, STATE_FILE, build_state
 
 WORKER = Path(__file__).parent / "resume_worker.py"
@@ -104,3 +105,23 @@ def test_state_saves_and_loads_every_part(tmp_path):
     assert restored.skipper.predictor.explore == state.skipper.predictor.explore
     with pytest.raises(ValueError, match="dynamic_sampling: this run False, the checkpoint True"):
         built(skip_zero_std_prompts=True).load(str(tmp_path))
+
+
+def test_decide_plan_decides_each_batch_against_the_reward_range_of_the_run_so_far():
+    """keep_failed keeps the KL term of the groups tied at the lowest task reward seen in training, so the range must
+    carry over batches: a batch tied at 1 after one that saw 0 is all-correct, and a group tied at 0 failed."""
+    state = built(zero_std_kl="keep_failed")
+    no_flags = torch.zeros(4, dtype=torch.bool)
+
+    def plan(rewards):
+        rewards = torch.tensor(rewards)
+        return state.decide_plan(rewards, rewards.view(-1, 1), no_flags, no_flags, num_generations=2)
+
+    first = plan([0.0, 1.0, 1.0, 1.0])
+    assert state.reward_range == (0.0, 1.0) and first.high_tied_groups.tolist() == [False, True]
+    second = plan([1.0, 1.0, 1.0, 1.0])
+    assert state.reward_range == (0.0, 1.0)
+    assert second.low_tied_groups.tolist() == [False, False] and second.high_tied_groups.tolist() == [True, True]
+    third = plan([0.0, 0.0, 1.0, 1.0])
+    assert third.low_tied_groups.tolist() == [True, False]
+    assert third.role.tolist() == [RowRole.KL_ONLY] * 2 + [RowRole.OUT] * 2
