@@ -388,8 +388,9 @@ def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
             axes[0].plot([p[1] for p in run_points], [p[0] for p in run_points], color=f"C{index}", alpha=0.15)
             axes[1].plot([p[2] for p in run_points], [p[0] for p in run_points], color=f"C{index}", alpha=0.15)
         mean = [[statistics.fmean(run[k][i] for run in points) for k in range(len(points[0]))] for i in range(3)]
-        axes[0].plot(mean[1], mean[0], "o-", color=f"C{index}", label=arm, markersize=3)
-        axes[1].plot(mean[2], mean[0], "o-", color=f"C{index}", label=arm, markersize=3)
+        label = f"{arm} ({len(runs)} seeds)"
+        axes[0].plot(mean[1], mean[0], "o-", color=f"C{index}", label=label, markersize=3)
+        axes[1].plot(mean[2], mean[0], "o-", color=f"C{index}", label=label, markersize=3)
     axes[0].set_xlabel("generated tokens (millions, TRL's num_tokens)")
     axes[1].set_xlabel("wall clock (s, sum of step times, evaluation excluded)")
     axes[0].set_ylabel(f"held-out reward - start ({args.eval_samples} samples per prompt)")
@@ -400,7 +401,7 @@ def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
     axes[0].legend(fontsize=8)
     plot_ratios(ratio_axis, records, args, target)
     figure.suptitle(
-        f"{args.title}, held-out split: {len(args.seeds)} seeds per arm (mean over seeds, faint: each seed)"
+        f"{args.title}, held-out split: mean over each arm's seeds (of {len(args.seeds)}), faint: each seed"
     )
     figure.tight_layout()
     figure.savefig(args.plot, dpi=110)
