@@ -66,6 +66,8 @@ RATE = ["--skip_predictor", "success_rate"]  # a success rate per prompt instead
 ARMS["skip-rate"] = [*ARMS["skip"], *RATE]
 ARMS["skip-rate-prior"] = [*ARMS["skip-prior"], *RATE]
 ARMS["skip-rate-prior-f02"] = [*ARMS["skip-rate-prior"], *LOW_FLOOR]
+SHARE = ["--skip_predictor", "informative_share"]  # a level's informative share instead of its success rate
+ARMS["skip-share-prior"] = [*ARMS["skip-prior"], *SHARE]
 ARMS["dynamic+skip-t0-8g"] = [*ARMS["dynamic+skip-t0"], *HALF_BATCH]
 ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size", "48"]  # 6 groups a step
 SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
@@ -109,8 +111,9 @@ class TimeToAccuracyArguments:
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
-            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -mu2: "
-            "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; -lr05, -lr2: learning_rate x 0.5, x 2)."
+            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -share: "
+            "skip_predictor=informative_share; -mu2: num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
+            "-lr05, -lr2: learning_rate x 0.5, x 2)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))

@@ -332,8 +332,8 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "skipping: success-rate draws not relative to the best group",
         "success_rate.py",
-        "((self.informative_prob(slots) / best) ** DRAW_POWER)",
-        "(self.informative_prob(slots) ** DRAW_POWER)",
+        "return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)",
+        "return (self.informative_prob(slots) ** DRAW_POWER).clamp(min_draw_prob, 1.0)",
     ),
     (
         "skipping: an evicted slot keeps its success rate",
@@ -348,10 +348,28 @@ MUTATIONS = [  # (label, file, original, mutant)
         "pass",
     ),
     (
-        "refill: the success_rate predictor not passed to the skipper",
+        "skipping: the informative share ignores its group's share",
+        "success_rate.py",
+        "share = self.shares.shares()[self.rates.groups[slots]]",
+        "share = 0.5 + 0 * self.rates.groups[slots]",
+    ),
+    (
+        "skipping: a level's informative share never decays",
+        "success_rate.py",
+        "        self.counts *= PRIOR_DECAY\n",
+        "        pass\n",
+    ),
+    (
+        "skipping: an unfinished screen does not count toward its level's informative share",
+        "success_rate.py",
+        "counted = (rows > 0) | informative",
+        "counted = rows > 0",
+    ),
+    (
+        "refill: the skip_predictor setting not passed to the skipper",
         "state.py",
-        'rate_group_size = num_generations if settings.skip_predictor == "success_rate" else None',
-        "rate_group_size = None",
+        'predictor = {"predictor": settings.skip_predictor, "group_size": num_generations}',
+        'predictor = {"predictor": "streak", "group_size": num_generations}',
     ),
     (
         "monitor: stall needs one more step",

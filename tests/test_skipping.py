@@ -121,10 +121,14 @@ def test_group_successes_rescale_rewards_and_leave_invalid_rows_out():
 
 
 def test_skipper_success_rates_are_checkpointed_cleared_on_eviction_and_a_mismatch_is_refused():
-    skipper = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8, success_rate_group_size=4)
+    skipper = PromptSkipper.streaming(
+        target=0.25, min_draw_prob=0.05, num_slots=8, predictor="success_rate", group_size=4
+    )
     skipper.record([3], torch.tensor([HIGH]), torch.tensor([4.0], dtype=torch.float64), torch.tensor([4.0]))
     assert skipper.draw_prob(torch.tensor([3])).item() < 1.0 and skipper.predictor.rates.rows[3].item() == 4.0
-    restored = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8, success_rate_group_size=4)
+    restored = PromptSkipper.streaming(
+        target=0.25, min_draw_prob=0.05, num_slots=8, predictor="success_rate", group_size=4
+    )
     restored.load_state_dict(skipper.state_dict())
     assert torch.equal(restored.draw_prob(torch.tensor([3])), skipper.draw_prob(torch.tensor([3])))
     colliding = 3 + 8  # same slot, another prompt: it takes the slot over with a clean rate
@@ -142,7 +146,7 @@ def test_skipper_success_rates_are_checkpointed_cleared_on_eviction_and_a_mismat
 def test_record_batch_turns_rewards_into_outcomes_and_metrics():
     """Two whole groups of 4 (one tied at 1, one mixed), one tied screen of 2 (at 0), one screen never completed:
     outcomes against the range widened by the batch, successes for the success rate, and the batch's metrics."""
-    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, success_rate_group_size=4)
+    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, predictor="success_rate", group_size=4)
     whole = GroupsOfOneSize(
         torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), torch.ones(8, dtype=torch.bool), 4, [0, 1]
     )

@@ -90,7 +90,7 @@ class ZeroStdArguments:
             "dynamic_sampling."
         },
     )
-    skip_predictor: Literal["streak", "success_rate"] = field(
+    skip_predictor: Literal["streak", "success_rate", "informative_share"] = field(
         default="streak",
         metadata={
             "help": "Prompt skipping: how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
@@ -98,7 +98,9 @@ class ZeroStdArguments:
             "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
             "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
             "the prompt is drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
-            "skip_min_draw_prob; skip_target_zero_std_frac is not used."
+            "skip_min_draw_prob; skip_target_zero_std_frac is not used. 'informative_share': as 'success_rate', "
+            "but the chance starts from the share of informative groups among its skip_prior_key group's last ~10 "
+            "batches (a group the model mostly fails can give more than one it mostly solves)."
         },
     )
     skip_target_zero_std_frac: float = field(

@@ -16,7 +16,7 @@ import torch
 from .core import grouped, widen_reward_range, zero_std_groups
 from .predictors import ExploreProbs, GroupPrior, Outcome, PromptHistory, SkipPredictor, StreakPredictor, dense_ids
 from .sampling import stable_hash
-from .success_rate import SuccessRatePredictor, SuccessRates
+from .success_rate import InformativeSharePredictor, SuccessRatePredictor, SuccessRates
 
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
 
@@ -130,17 +130,18 @@ class PromptSkipper:
         min_draw_prob: float,
         keys: list | None = None,
         prior_groups: list | None = None,
-        success_rate_group_size: int | None = None,
+        predictor: str = "streak",
+        group_size: int | None = None,
     ) -> PromptSkipper:
         """``keys``: one hashable value per dataset row; rows with equal keys share a history. ``prior_groups``: one
         hashable value per dataset row (one history per row only); rows with equal values form a prior's group.
-        ``success_rate_group_size``: the rows of a group (``num_generations``) for the success-rate predictor; None:
-        the streak predictor."""
+        ``predictor``: a ``skip_predictor`` value; ``group_size``: the rows of a group (``num_generations``), which
+        the rate predictors need."""
         if prior_groups is not None and keys is not None:
             raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
         slots, num_slots = (None, num_rows) if keys is None else dense_ids(keys)
-        predictor = new_predictor(num_slots, target, min_draw_prob, prior_groups, success_rate_group_size)
-        return cls(PromptHistory.empty(num_slots), predictor, slots)
+        chosen = new_predictor(predictor, num_slots, target, min_draw_prob, prior_groups, group_size)
+        return cls(PromptHistory.empty(num_slots), chosen, slots)
 
     @classmethod
     def streaming(
@@ -148,11 +149,12 @@ class PromptSkipper:
         target: float,
         min_draw_prob: float,
         num_slots: int = HASHED_SLOTS,
-        success_rate_group_size: int | None = None,
+        predictor: str = "streak",
+        group_size: int | None = None,
     ) -> PromptSkipper:
         """Histories of prompts named by ``history_key``: ``num_slots`` slots, whatever the length of the stream."""
-        predictor = new_predictor(num_slots, target, min_draw_prob, None, success_rate_group_size)
-        return cls(PromptHistory.empty(num_slots), predictor, hashed=HashedSlots.empty(num_slots))
+        chosen = new_predictor(predictor, num_slots, target, min_draw_prob, None, group_size)
+        return cls(PromptHistory.empty(num_slots), chosen, hashed=HashedSlots.empty(num_slots))
 
     def _slots(self, keys: torch.Tensor) -> torch.Tensor:
         if self.hashed is not None:
@@ -173,8 +175,8 @@ class PromptSkipper:
     ) -> None:
         """The ``Outcome`` of every group one generation batch generated, in draw order (for the success-rate
         predictor also each group's ``successes`` and valid ``rows``, ``group_successes``)."""
-        if isinstance(self.predictor, SuccessRatePredictor) and (successes is None or rows is None):
-            raise ValueError("The success_rate predictor needs each group's successes and rows with its outcome.")
+        if not isinstance(self.predictor, StreakPredictor) and (successes is None or rows is None):
+            raise ValueError("A rate predictor needs each group's successes and rows with its outcome.")
         keys = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
             taken = self.hashed.claim(keys)
@@ -243,15 +245,22 @@ class PromptSkipper:
 
 
 def new_predictor(
+    predictor: str,
     num_slots: int,
     target: float,
     min_draw_prob: float,
     prior_groups: list | None,
-    success_rate_group_size: int | None,
+    group_size: int | None,
 ) -> SkipPredictor:
-    """The success-rate predictor when ``success_rate_group_size`` is given (its groups: ``prior_groups``, or one),
-    else the streak (with a prior over ``prior_groups`` when given)."""
-    if success_rate_group_size is not None:
-        return SuccessRatePredictor(SuccessRates.new(success_rate_group_size, num_slots, prior_groups), min_draw_prob)
-    prior = GroupPrior.new(prior_groups) if prior_groups is not None else None
-    return StreakPredictor(ExploreProbs(target, min_draw_prob), prior)
+    """The ``skip_predictor`` named: the streak (with a prior over ``prior_groups`` when given), or a rate predictor
+    over groups of ``group_size`` rows (its groups of slots: ``prior_groups``, or one)."""
+    if predictor == "streak":
+        prior = GroupPrior.new(prior_groups) if prior_groups is not None else None
+        return StreakPredictor(ExploreProbs(target, min_draw_prob), prior)
+    if group_size is None:
+        raise ValueError(f"skip_predictor={predictor!r} needs the rows of a group (num_generations).")
+    if predictor == "success_rate":
+        return SuccessRatePredictor(SuccessRates.new(group_size, num_slots, prior_groups), min_draw_prob)
+    if predictor == "informative_share":
+        return InformativeSharePredictor.new(group_size, num_slots, prior_groups, min_draw_prob)
+    raise ValueError(f"Unknown skip_predictor {predictor!r}: 'streak', 'success_rate' or 'informative_share'.")

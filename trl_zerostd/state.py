@@ -153,7 +153,7 @@ def prompt_source(
 ) -> tuple[PromptStream | RowStream, PromptSkipper | None]:
     """The seeded prompt stream over ``dataset`` and, with prompt skipping, its skipper."""
     key, skipping, prior_key = settings.skip_history_key, settings.skip_zero_std_prompts, settings.skip_prior_key
-    rate_group_size = num_generations if settings.skip_predictor == "success_rate" else None
+    predictor = {"predictor": settings.skip_predictor, "group_size": num_generations}
     if isinstance(dataset, IterableDataset):
         if prior_key is not None:
             raise ValueError(
@@ -165,7 +165,7 @@ def prompt_source(
         if not skipping:
             return stream, None
         target, floor = settings.skip_target_zero_std_frac, settings.skip_min_draw_prob
-        return stream, PromptSkipper.streaming(target, floor, success_rate_group_size=rate_group_size)
+        return stream, PromptSkipper.streaming(target, floor, **predictor)
     stream = PromptStream(len(dataset), seed)
     if not skipping:
         return stream, None
@@ -189,7 +189,7 @@ def prompt_source(
         settings.skip_min_draw_prob,
         keys=None if key is None else [repr(value) for value in dataset[key]],
         prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
-        success_rate_group_size=rate_group_size,
+        **predictor,
     )
 
 
