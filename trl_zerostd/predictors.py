@@ -4,7 +4,8 @@ interface (``SkipPredictor``), the record every predictor reads (``PromptHistory
 - ``StreakPredictor`` (``skip_predictor="streak"``): the probability shrinks with each zero-variance outcome in a row
   (in the spirit of GRESO, arXiv 2506.02177), ``p`` per zero-variance kind steered toward a target share
   (``ExploreProbs``); optionally, for prompts never drawn, a prior from the prompts of their group (``GroupPrior``).
-- ``SuccessRatePredictor`` (``"success_rate"``) is in ``success_rate.py``.
+- ``SuccessRatePredictor`` (``"success_rate"``) and ``InformativeSharePredictor`` (``"informative_share"``) are in
+  ``success_rate.py``.
 
 No trainer or TRL import. Predictors see history slots (``PromptSkipper`` maps prompts to them); ``G =
 num_generations``.
