@@ -75,6 +75,7 @@ for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each 
     ARMS.update(
         {f"{arm}-screen{screen}": [*ARMS[arm], "--dynamic_sampling_screen", str(screen)] for arm in SCREENED}
     )  # fmt: skip
+    ARMS[f"dynamic-screen{screen}"] = [*ARMS["dynamic"], "--dynamic_sampling_screen", str(screen)]  # the task's batch
 # TRL's num_iterations=2 (GRPO's mu): each generation batch trains two optimizer steps, the second with PPO's clipped
 # ratio to the policy that generated it. "-mu2" keeps the 300 optimizer steps and their learning-rate schedule (what a
 # TRL user gets by setting it: half the generation batches); "-mu2-x2" runs twice the steps, so that it generates as
