@@ -21,7 +21,10 @@ from time_to_accuracy import TimeToAccuracyArguments, main
 
 CONFIG = "examples/configs/smollm2_chat_arith.yaml"
 TASK = yaml.safe_load((Path(__file__).resolve().parents[1] / CONFIG).read_text())  # the study's defaults come from it
-ARMS_REAL = ["trl", "trl-lr2", "masking", "skip-rate-prior", "skip-rate-prior-f02-mu2-x2", "trl-mu2-x2"]
+ARMS_REAL = [
+    "trl", "trl-lr2", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-prior",
+    "skip-rate-prior-f02-mu2-x2", "trl-mu2-x2",
+]  # fmt: skip
 
 
 @dataclass
