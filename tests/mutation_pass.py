@@ -350,19 +350,19 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "skipping: the informative share ignores its group's share",
         "success_rate.py",
-        "share = self.shares.shares()[self.rates.groups[slots]]",
-        "share = 0.5 + 0 * self.rates.groups[slots]",
+        "share = self.shares.laplace_rates()[self.shares.groups[slots]]",
+        "share = 0.5 + 0 * self.shares.groups[slots]",
     ),
     (
-        "skipping: a level's informative share never decays",
-        "success_rate.py",
-        "        self.counts *= PRIOR_DECAY\n",
-        "        pass\n",
+        "skipping: a level's informative share is the ratio of its decayed counts (no Laplace prior)",
+        "predictors.py",
+        "return (informative + 1) / (total + 2)",
+        "return informative / total.clamp(min=1e-12)",
     ),
     (
         "skipping: an unfinished screen does not count toward its level's informative share",
         "success_rate.py",
-        "counted = (rows > 0) | informative",
+        "counted = (rows > 0) | (outcomes == Outcome.INFORMATIVE)",
         "counted = rows > 0",
     ),
     (

@@ -148,7 +148,7 @@ def test_the_informative_shares_decay_count_unfinished_screens_and_return_toward
     assert share.shares.counts.tolist() == [[1.0, 1.0], [0.0, 1.0]]
     for _ in range(40):
         record_groups(share, [2], [0.0])
-    a, b = share.shares.shares().tolist()
+    a, b = share.shares.laplace_rates().tolist()
     assert 0.5 < a < 0.52 and b < 0.12
     assert (b / a) ** 2 < 0.05  # below the floor
     assert share.draw_prob(torch.tensor([1, 3]), PromptHistory.empty(4)).tolist() == [1.0, 0.05]

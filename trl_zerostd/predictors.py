@@ -148,6 +148,12 @@ class GroupPrior:
         relative = rate / best if best > 0 else torch.ones_like(rate)
         return relative.clamp(min=min_draw_prob)[self.groups[slots]]
 
+    def laplace_rates(self) -> torch.Tensor:
+        """``(num_groups,)`` each group's informative rate by Laplace's rule, ``(informative + 1) / (total + 2)``: a
+        group no longer drawn returns toward 0.5 and is measured again (the ``"informative_share"`` predictor)."""
+        informative, total = self.counts.unbind(1)
+        return (informative + 1) / (total + 2)
+
     def state_dict(self) -> dict:
         return {"counts": self.counts}
 

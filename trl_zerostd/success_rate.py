@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .predictors import MISMATCH_RATES, PRIOR_DECAY, Outcome, PromptHistory, dense_ids
+from .predictors import MISMATCH_RATES, PRIOR_DECAY, GroupPrior, Outcome, PromptHistory, dense_ids
 
 SUCCESS_DECAY = 0.5  # each new group of a prompt halves the weight of its earlier ones
 RATE_PRIOR_ROWS = 4.0  # the group's rate weighs as much as this many rows of the prompt's own
@@ -136,61 +136,39 @@ class SuccessRatePredictor:
 
 
 @dataclass
-class InformativeShares:
-    """Per group of slots (a ``skip_prior_key`` value; one group without it): its decayed informative groups and
-    groups over about the last 10 generation batches (``PRIOR_DECAY``), from Laplace's one informative of two, so a
-    group no longer drawn returns toward 0.5 and is measured again. Why not from the group's success rate: the share is
-    not symmetric in the rate (on the real model a level at accuracy 0.2 gave 0.47 informative groups, levels at 0.9
-    about 0.2), and a beta-binomial of one spread for every group maps a rate and its mirror to one share."""
-
-    counts: torch.Tensor  # (num_groups, 2) float64: decayed informative groups and groups
-
-    def record(self, groups: torch.Tensor, informative: torch.Tensor) -> None:
-        """One generation batch's ``(k,)`` group ids and bool informative."""
-        self.counts *= PRIOR_DECAY
-        self.counts.index_add_(
-            0, groups, torch.stack([informative.double(), torch.ones_like(informative).double()], 1)
-        )
-
-    def shares(self) -> torch.Tensor:
-        """``(num_groups,)`` ``(informative + 1) / (groups + 2)``."""
-        informative, groups = self.counts.unbind(1)
-        return (informative + 1) / (groups + 2)
-
-
-@dataclass
 class InformativeSharePredictor(SuccessRatePredictor):
     """The ``"informative_share"`` predictor: a prompt's chance of an informative group is its group's informative
-    share times the beta-binomial's for the prompt (its own groups and its group's success rate) over a never-drawn
-    prompt's of the group, at most 1; drawn with ``(chance / the best group's share) ** DRAW_POWER``, never below
-    ``min_draw_prob``. A prompt never drawn (on the real model nearly every one: 160 of 4,000 drawn in a run) is drawn
-    by its group's share alone."""
+    share (``GroupPrior.laplace_rates``: Laplace's rule over its groups of about the last 10 batches) times the
+    beta-binomial's for the prompt (its own groups and its group's success rate) over a never-drawn prompt's of the
+    group, at most 1; drawn with ``(chance / the best group's share) ** DRAW_POWER``, never below ``min_draw_prob``. A
+    prompt never drawn (on the real model nearly every one: 160 of 4,000 drawn in a run) is drawn by its group's share
+    alone. Why not from the group's success rate: the share is not symmetric in the rate (on the real model a level
+    at accuracy 0.2 gave 0.47 informative groups, levels at 0.9 about 0.2), and a beta-binomial of one spread for
+    every group maps a rate and its mirror to one share."""
 
-    shares: InformativeShares
+    shares: GroupPrior
 
     @classmethod
     def new(cls, group_size: int, num_slots: int, group_values: list | None, min_draw_prob: float):
-        rates = SuccessRates.new(group_size, num_slots, group_values)
-        counts = torch.zeros(len(rates.group_counts), 2, dtype=torch.float64)
-        return cls(rates, min_draw_prob, InformativeShares(counts))
+        values = group_values if group_values is not None else [0] * num_slots
+        return cls(SuccessRates.new(group_size, num_slots, group_values), min_draw_prob, GroupPrior.new(values))
 
     def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
         """``(k,)`` predicted probability that the next group of each slot's prompt is informative."""
-        share = self.shares.shares()[self.rates.groups[slots]]
+        share = self.shares.laplace_rates()[self.shares.groups[slots]]
         own, fresh = self.rates.informative_prob(slots), self.rates.informative_prob(slots, own=False)
         return (share * own / fresh.clamp(min=1e-12)).clamp(max=1.0)
 
     def draw_prob(self, slots: torch.Tensor, history: PromptHistory) -> torch.Tensor:
-        best = self.shares.shares().max()
+        best = self.shares.laplace_rates().max()
         return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(self.min_draw_prob, 1.0)
 
     def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
         """A group counts toward its group's share when it had a valid row, or its screen differed (informative, no
         row kept)."""
         super().record(slots, outcomes, successes, rows)
-        informative = outcomes == Outcome.INFORMATIVE
-        counted = (rows > 0) | informative
-        self.shares.record(self.rates.groups[slots[counted]], informative[counted])
+        counted = (rows > 0) | (outcomes == Outcome.INFORMATIVE)
+        self.shares.record(slots[counted], outcomes[counted])
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "kind": "informative_share", "shares": self.shares.counts}
