@@ -34,24 +34,18 @@ from learning_curves import cumulative
 from runs import report, run_all
 
 DIFFICULTY = "<difficulty column>"
+SKIP = ["--skip_zero_std_prompts", "true", "--skip_predictor", "streak"]  # GRESO's streak, the "-rate" arms' baseline
 ARMS = {
     "trl": [],
     "masking": [],
     "keep_failed": ["--zero_std_kl", "keep_failed"],
     "dynamic": ["--dynamic_sampling", "true"],
-    "skip": ["--skip_zero_std_prompts", "true"],
-    "dynamic+skip": ["--dynamic_sampling", "true", "--skip_zero_std_prompts", "true"],
+    "skip": SKIP,
+    "dynamic+skip": ["--dynamic_sampling", "true", *SKIP],
     # prompt skipping with one history per difficulty band (the task's difficulty column, as DeepMath's "difficulty";
     # DIFFICULTY stands for it, and is replaced by the study's --difficulty_column)
-    "skip-band": ["--skip_zero_std_prompts", "true", "--skip_history_key", DIFFICULTY],
-    "dynamic+skip-band": [
-        "--dynamic_sampling",
-        "true",
-        "--skip_zero_std_prompts",
-        "true",
-        "--skip_history_key",
-        DIFFICULTY,
-    ],
+    "skip-band": [*SKIP, "--skip_history_key", DIFFICULTY],
+    "dynamic+skip-band": ["--dynamic_sampling", "true", *SKIP, "--skip_history_key", DIFFICULTY],
 }
 # prompt skipping with a prior by difficulty band for prompts never drawn (skip_prior_key)
 PRIOR = ["--skip_prior_key", DIFFICULTY]
@@ -62,12 +56,18 @@ ZERO_TARGET = ["--skip_target_zero_std_frac", "0"]  # skip as much as the floor 
 ARMS.update({f"{arm}-t0": [*ARMS[arm], *ZERO_TARGET] for arm in ("skip", "dynamic+skip", "skip-prior")})
 LOW_FLOOR = ["--skip_min_draw_prob", "0.02"]  # a prompt predicted zero-variance is drawn 1 time in 50, not 1 in 20
 ARMS["skip-prior-t0-f02"] = [*ARMS["skip-prior-t0"], *LOW_FLOOR]
-RATE = ["--skip_predictor", "success_rate"]  # a success rate per prompt instead of the zero-variance streak
-ARMS["skip-rate"] = [*ARMS["skip"], *RATE]
-ARMS["skip-rate-prior"] = [*ARMS["skip-prior"], *RATE]
+
+
+def with_predictor(flags: list[str], predictor: str) -> list[str]:
+    """``flags`` with ``--skip_predictor`` set to ``predictor`` instead of the streak."""
+    at = flags.index("--skip_predictor") + 1
+    return [*flags[:at], predictor, *flags[at + 1 :]]
+
+
+ARMS["skip-rate"] = with_predictor(ARMS["skip"], "success_rate")  # a success rate per prompt, not the streak
+ARMS["skip-rate-prior"] = with_predictor(ARMS["skip-prior"], "success_rate")
 ARMS["skip-rate-prior-f02"] = [*ARMS["skip-rate-prior"], *LOW_FLOOR]
-SHARE = ["--skip_predictor", "informative_share"]  # a level's informative share instead of its success rate
-ARMS["skip-share-prior"] = [*ARMS["skip-prior"], *SHARE]
+ARMS["skip-share-prior"] = with_predictor(ARMS["skip-prior"], "informative_share")  # a level's informative share
 ARMS["dynamic+skip-t0-8g"] = [*ARMS["dynamic+skip-t0"], *HALF_BATCH]
 ARMS["dynamic+skip-6g"] = [*ARMS["dynamic+skip"], "--per_device_train_batch_size", "48"]  # 6 groups a step
 SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
@@ -81,7 +81,7 @@ for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each 
 # TRL user gets by setting it: half the generation batches); "-mu2-x2" runs twice the steps, so that it generates as
 # many batches as the others. Every arm is evaluated every eval_steps generation batches.
 REUSE = ["--num_iterations", "2"]
-for arm in ("trl", "masking", "skip-rate-prior", "skip-rate-prior-f02"):
+for arm in ("trl", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02"):
     ARMS[f"{arm}-mu2"] = [*ARMS[arm], *REUSE]
     ARMS[f"{arm}-mu2-x2"] = ARMS[f"{arm}-mu2"]
 # Half the steps: the learning rate decays over 150 generation batches, as under "-mu2", without the second pass
@@ -171,6 +171,20 @@ def reached(record: dict, target: float) -> tuple[float, float, float] | None:
     """Tokens, wall seconds and generation seconds at the first evaluation at or above ``target`` (None: never)."""
     point = first_reaching(record, target)
     return point[2:] if point else None
+
+
+def crossing(record: dict, target: float) -> tuple[float, float] | None:
+    """Tokens and wall seconds where the held-out reward first crosses ``target``, interpolated linearly between the
+    two evaluations around the crossing (None: never). Finer than ``reached``, whose cost is the evaluation grid's
+    next point: a ratio to TRL from it is not bound to the grid's fractions (1/3, 1/2, 2/3 of 30 steps)."""
+    points = eval_points(record)
+    if points[0][1] >= target:
+        return points[0][2:4]
+    for before, after in zip(points, points[1:]):
+        if after[1] >= target:
+            share = (target - before[1]) / (after[1] - before[1])
+            return tuple(b + share * (a - b) for b, a in zip(before[2:4], after[2:4]))
+    return None
 
 
 def ratios_to_trl(ours: tuple | None, theirs: tuple) -> tuple[float, float]:
@@ -270,6 +284,21 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
             f"| {cost(generation, '.1f')} "
             f"| {run_tokens / 1e6:.3f}, {run_wall:.0f}, {run_generation:.0%} | {wrong:.2f} / {right:.2f} |"
         )
+    lines += [
+        "",
+        "The same ratios with each crossing interpolated between the two evaluations around it, for TRL as for the "
+        "arm (tokens / TRL per seed; -: not reached):",
+        "",
+        "| arm | tokens / TRL (median) | wall / TRL (median) | " + " | ".join(f"seed {s}" for s in args.seeds) + " |",
+        "|---" * (len(args.seeds) + 3) + "|",
+    ]
+    base_crossing = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
+    for arm, runs in per_arm.items():
+        by_seed = {r["seed"]: ratios_to_trl(crossing(r, target[r["seed"]]), base_crossing[r["seed"]]) for r in runs
+                   if base_crossing.get(r["seed"])}  # fmt: skip
+        medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
+        cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in args.seeds]
+        lines.append(f"| {arm} | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |")
     lines += ["", "Per seed, tokens (M) to target (-: not reached) and held-out gain (final - start):", ""]
     lines += [
         "| arm | " + " | ".join(f"seed {seed}" for seed in args.seeds) + " |",
