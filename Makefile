@@ -26,4 +26,4 @@ test: install
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
 	$(PY) examples/real_model.py
-	$(PY) examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml $(ARGS)
+	$(PY) examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
