@@ -26,7 +26,7 @@ from runs import report, run_all, seed_arm_jobs
 ARMS = {
     "trl": [],
     "dynamic": ["--dynamic_sampling", "true"],
-    "skip": ["--dynamic_sampling", "true", "--skip_zero_std_prompts", "true"],
+    "skip": ["--dynamic_sampling", "true", "--skip_zero_std_prompts", "true", "--skip_predictor", "streak"],
 }
 GROUPS_PER_STEP = 16  # the main job: 128 completions per step, 8 per prompt
 

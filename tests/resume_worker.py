@@ -30,7 +30,12 @@ from transformers import TrainerCallback  # noqa: E402
 
 CHECKPOINT_STEP, MAX_STEPS, GLOBAL_BATCH = 3, 6, 32
 TIMING_KEYS = ("step_time",)
-OURS = {"dynamic_sampling": True, "skip_zero_std_prompts": True, "zero_std_kl": "keep_failed"}
+OURS = {
+    "dynamic_sampling": True,
+    "skip_zero_std_prompts": True,
+    "skip_predictor": "streak",
+    "zero_std_kl": "keep_failed",
+}
 SETTINGS = {
     "ours": OURS,
     "ours-streaming": OURS,

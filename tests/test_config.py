@@ -31,6 +31,14 @@ def test_bad_values_name_the_field(field, value, tmp_path):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
 
 
+def test_a_streak_target_under_another_predictor_is_refused(tmp_path):
+    """skip_target_zero_std_frac steers only the streak: set under the default predictor it would do nothing."""
+    config = {"output_dir": str(tmp_path), **CPU, "skip_zero_std_prompts": True, "skip_target_zero_std_frac": 0.1}
+    with pytest.raises(ValueError, match="skip_target_zero_std_frac=0.1 is the target of skip_predictor='streak'"):
+        ZeroStdGRPOConfig(**config)
+    assert ZeroStdGRPOConfig(**config, skip_predictor="streak").skip_target_zero_std_frac == 0.1
+
+
 def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
@@ -41,7 +49,7 @@ def test_allowed_values_are_the_literal_types():
 
 
 @pytest.mark.parametrize(("field", "value", "feature"), [
-    ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "success_rate", "skip_zero_std_prompts"),
+    ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "streak", "skip_zero_std_prompts"),
     ("skip_history_key", "level", "skip_zero_std_prompts"), ("skip_prior_key", "level", "skip_zero_std_prompts"),
 ])  # fmt: skip
 def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):

@@ -211,7 +211,9 @@ def test_a_tied_screen_counts_in_the_skip_history(make_trainer):
         generated.extend(prompts)
         return tied_or_informative(prompts)
 
-    trainer = make_trainer(prompts=DATA, dynamic_sampling_screen=2, **DYNAMIC, skip_zero_std_prompts=True)
+    trainer = make_trainer(
+        prompts=DATA, dynamic_sampling_screen=2, **DYNAMIC, skip_zero_std_prompts=True, skip_predictor="streak"
+    )
     for _ in range(6):
         train_batch(trainer, ["2+3=", "4+4="], recording)
     history = trainer.zero_std.skipper.history
@@ -221,7 +223,7 @@ def test_a_tied_screen_counts_in_the_skip_history(make_trainer):
 
 # -- prompt skipping -------------------------------------------------------------------------------------------
 
-SKIP = {"skip_zero_std_prompts": True, "beta": 0.1}
+SKIP = {"skip_zero_std_prompts": True, "skip_predictor": "streak", "beta": 0.1}
 
 
 def trained_groups(trainer, steps):
@@ -256,7 +258,7 @@ def test_the_success_rate_skips_a_prompt_always_right_and_counts_every_row(make_
     """skip_predictor="success_rate": "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of
     the groups it would get without skipping; the others' rates count 2 right of 4 per group, "1+1="'s 4 of 4."""
     steps = 24
-    trainer = make_trainer(kind, prompts=DATA, skip_predictor="success_rate", **SKIP)
+    trainer = make_trainer(kind, prompts=DATA, **{**SKIP, "skip_predictor": "success_rate"})
     drawn = trained_groups(trainer, steps)
     assert len(drawn) == 2 * steps and drawn.count("1+1=") < steps * 2 / 4 / 2
     rates, metrics = trainer.zero_std.skipper.predictor.rates, trainer._metrics["train"]
@@ -362,7 +364,7 @@ def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
         ("skip_min_draw_prob", 1.5),
         ("skip_target_zero_std_frac", -0.1),
         ("skip_predictor", "streaks"),
-        ("skip_predictor", "success_rate"),  # with skipping off
+        ("skip_predictor", "streak"),  # with skipping off
     ],
 )
 def test_bad_skip_settings_are_named(tmp_path, setting, value):
