@@ -93,6 +93,11 @@ for arm in ("trl", "skip-rate-prior-f02"):
     for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
         ARMS.update({f"{variant}{suffix}": ARMS[variant] for suffix in LR_SCALES})
 ARMS["skip-rate-prior-lr2"] = ARMS["skip-rate-prior"]
+# A skipped prompt's place stays an empty slot instead of going to the next prompt drawn: a step costs fewer tokens
+EMPTY = ["--skip_refill", "false"]
+for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
+    ARMS[f"{arm}-empty"] = [*ARMS[arm], *EMPTY]
+    ARMS[f"{arm}-empty-kf"] = [*ARMS[arm], *EMPTY, *ARMS["keep_failed"]]
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
 
@@ -114,7 +119,7 @@ class TimeToAccuracyArguments:
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
             "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -share: "
             "skip_predictor=informative_share; -mu2: num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
-            "-lr05, -lr2: learning_rate x 0.5, x 2)."
+            "-lr05, -lr2: learning_rate x 0.5, x 2; -empty: skip_refill=False; -kf: zero_std_kl=keep_failed)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))

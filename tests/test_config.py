@@ -39,6 +39,14 @@ def test_a_streak_target_under_another_predictor_is_refused(tmp_path):
     assert ZeroStdGRPOConfig(**config, skip_predictor="streak").skip_target_zero_std_frac == 0.1
 
 
+def test_empty_slots_are_refused_under_dynamic_sampling(tmp_path):
+    """Dynamic sampling refills every batch, so skip_refill=False could never leave a slot empty."""
+    config = {"output_dir": str(tmp_path), **CPU, "skip_zero_std_prompts": True, "skip_refill": False}
+    with pytest.raises(ValueError, match="skip_refill=False with dynamic_sampling=True"):
+        ZeroStdGRPOConfig(**config, dynamic_sampling=True)
+    assert not ZeroStdGRPOConfig(**config).skip_refill
+
+
 def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
@@ -51,6 +59,7 @@ def test_allowed_values_are_the_literal_types():
 @pytest.mark.parametrize(("field", "value", "feature"), [
     ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "streak", "skip_zero_std_prompts"),
     ("skip_history_key", "level", "skip_zero_std_prompts"), ("skip_prior_key", "level", "skip_zero_std_prompts"),
+    ("skip_refill", False, "skip_zero_std_prompts"),
 ])  # fmt: skip
 def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):
     with pytest.raises(ValueError, match=f"{field}={value!r} .*, which is off: set {feature}=True"):

@@ -12,6 +12,7 @@ from trl_zerostd.sampling import (
     ScreenRound,
     choose_groups,
     continued_prompts,
+    drawn_places,
     first_round_extra,
     part_major_order,
     plan_screen_round,
@@ -111,6 +112,35 @@ def test_draw_is_reproducible_and_resumes_from_its_state():
     resumed = PromptStream(20, seed=1)
     resumed.load_state_dict(stream.state_dict())
     assert first[0] + resumed.draw(18, half)[0] == draws[0]
+
+
+def test_places_take_the_decisions_draw_takes_over_the_same_places():
+    """``places`` walks exactly ``count`` places (across passes) and flags the ones ``draw`` would have drawn."""
+    half = lambda rows: torch.full((len(rows),), 0.5, dtype=torch.float64)  # noqa: E731
+    stream = PromptStream(10, seed=2)
+    rows, drawn = stream.places(25, half)
+    assert len(rows) == 25 and stream.state_dict() == {"epoch": 2, "position": 5}
+    assert 0 < int(drawn.sum()) < 25
+    assert PromptStream(10, seed=2).take(25) == rows  # the stream's own order
+    taken, skipped = PromptStream(10, seed=2).draw(int(drawn.sum()), half)
+    assert taken == [row for row, on in zip(rows, drawn.tolist(), strict=True) if on] and skipped <= 25 - len(taken)
+    row_rows, keys, row_drawn = row_stream(10, seed=2).places(25, half)
+    assert len(row_rows) == 25 and keys == [int(row["prompt"][1:]) + 1 for row in row_rows]
+    assert row_stream(10, seed=2).draw(int(row_drawn.sum()), half)[1] == [k for k, on in zip(keys, row_drawn) if on]
+
+
+@pytest.mark.parametrize(
+    ("drawn", "rows_per_prompt", "world", "expected"),
+    [
+        ([0, 1, 0, 1], 4, 1, [0, 1, 0, 1]),  # as drawn
+        ([0, 0, 0, 0], 4, 1, [1, 0, 0, 0]),  # none drawn: the first place generates
+        ([0, 1, 0, 0], 3, 2, [1, 1, 0, 0]),  # 3 rows do not split over 2 ranks: the first skipped place joins
+        ([0, 1, 0, 0], 4, 2, [0, 1, 0, 0]),  # 4 rows do
+    ],
+)
+def test_drawn_places_are_at_least_one_and_split_over_ranks(drawn, rows_per_prompt, world, expected):
+    generates = drawn_places(torch.tensor(drawn, dtype=torch.bool), rows_per_prompt, world)
+    assert generates.tolist() == [bool(x) for x in expected]
 
 
 # RowStream: a streaming dataset's rows

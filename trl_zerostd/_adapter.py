@@ -77,6 +77,7 @@ class ZeroStdAdapter:
                 refilled = refiller.refill(inputs, self, super()._generate, self.zero_std.reward_range)
                 batch.inputs, batch.generated = refilled.rows, refilled.generated
                 batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
+                batch.empty = refilled.empty
                 self._log_metrics(refilled.metrics)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
@@ -133,7 +134,7 @@ class ZeroStdAdapter:
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
         task_rewards = self._task_rewards(batch.rewards_per_func)
         batch.plan = self.zero_std.decide_plan(task_rewards, batch.rewards_per_func, batch.truncated, rejected,
-                                               self.num_generations)  # fmt: skip
+                                               self.num_generations, batch.empty)  # fmt: skip
         if self.zero_std.settings.skip_masked_rows:
             needed = self._scoring_needed(batch.plan).view(self.accelerator.num_processes, -1)
             batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
@@ -159,12 +160,14 @@ class ZeroStdAdapter:
             output["tool_mask"] = output["tool_mask"] * forwarded
         output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
         row_tokens = gather(loss_mask.sum(dim=1))
-        if self.zero_std.settings.zero_std_normalization == "exclude" and "num_items_in_batch" in output:
-            output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])
+        counted = plan.forwarded if self.zero_std.settings.zero_std_normalization == "exclude" else plan.generated
+        if not counted.all() and "num_items_in_batch" in output:
+            output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])
         self._finish_output(output, role)
         self._replace_logged_advantages(advantages)
-        self._log_metrics(core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl))
-        self._warn_once(self.zero_std.stall_monitor.observe_batch(plan.low_tied_groups.float().mean().item()))
+        metrics = core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl)
+        self._log_metrics(metrics)
+        self._warn_once(self.zero_std.stall_monitor.observe_batch(metrics["zero_std/all_low_group_frac"]))
         return output
 
     # -- forwards and loss ------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ class GenerationBatch:
     ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned (with dynamic
     sampling or prompt skipping, set before TRL's ``_generate_and_score_completions`` runs). ``preparing``: TRL's
     method is running only to prepare prompts (``_prepared_prompts``).
-    ``rewards_per_func`` ``(N, K)`` and ``truncated`` ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
+    ``rewards_per_func`` ``(N, K)``, ``truncated`` and ``empty`` (the slots of skipped prompts, ``skip_refill=False``)
+    ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
     log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
     """
 
@@ -25,6 +26,7 @@ class GenerationBatch:
     preparing: bool = False
     rewards_per_func: torch.Tensor | None = None
     truncated: torch.Tensor | None = None
+    empty: torch.Tensor | None = None
     plan: core.RowPlan | None = None
     scoring_rows: torch.Tensor | None = None
     whole_old_forward: bool = False

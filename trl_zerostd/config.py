@@ -89,6 +89,17 @@ class ZeroStdArguments:
             "all-high). With or without dynamic_sampling."
         },
     )
+    skip_refill: bool = field(
+        default=True,
+        metadata={
+            "help": "Prompt skipping without dynamic_sampling. True: a skipped prompt's place in the batch goes to "
+            "the next prompt drawn, so a step generates and trains as many groups as TRL's. False: a step takes the "
+            "stream's next generation_batch_size / num_generations places and generates only the prompts drawn "
+            "there; a skipped prompt's place stays an empty slot (logged as prompt_skip/empty_slot_frac), never "
+            "generated, never forwarded, in no normaliser: a step costs fewer tokens instead of training more groups, "
+            "and trains as TRL would on the groups it generated. At least one prompt generates a step."
+        },
+    )
     skip_predictor: Literal["streak", "success_rate", "informative_share"] = field(
         default="success_rate",
         metadata={
@@ -149,6 +160,7 @@ def masking_settings(args) -> ZeroStdArguments:
 # A field set away from its default needs a feature on: (field, the feature, what the field does for it)
 NEEDS = (
     ("dynamic_sampling_screen", "dynamic_sampling", "screens the prompts of dynamic sampling"),
+    ("skip_refill", "skip_zero_std_prompts", "sets what a skipped prompt's place in the batch gets"),
     ("skip_predictor", "skip_zero_std_prompts", "sets the predictor of prompt skipping"),
     ("skip_history_key", "skip_zero_std_prompts", "keys the histories of prompt skipping"),
     ("skip_prior_key", "skip_zero_std_prompts", "sets the prior of prompt skipping"),
@@ -190,6 +202,12 @@ def validate_settings(settings: ZeroStdArguments) -> None:
                 "dynamic_sampling_screen needs dynamic_sampling_max_rounds >= 2 (a screen, then the rest of its "
                 f"groups), got {settings.dynamic_sampling_max_rounds!r}."
             )
+    if not settings.skip_refill and settings.dynamic_sampling:
+        raise ValueError(
+            "skip_refill=False with dynamic_sampling=True: dynamic sampling refills every batch to its informative "
+            "groups, so a skipped prompt's place is always refilled. Leave skip_refill unset, or turn dynamic "
+            "sampling off."
+        )
     if not 0 <= settings.skip_target_zero_std_frac <= 1:
         raise ValueError(
             "skip_target_zero_std_frac must be in [0, 1] (a share of groups), "

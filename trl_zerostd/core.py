@@ -141,6 +141,7 @@ def check_groups_share_prompt(prompts: Sequence[Any], num_generations: int) -> N
 class RowRole(IntEnum):
     """What the loss does with a row. Ordered: a role at or above ``KL_ONLY`` is forwarded in the loss."""
 
+    EMPTY = -1  # a batch slot whose prompt was skipped, never generated (skip_refill=False): dropped in both modes
     OUT = 0  # masked by this package: no term at all; a placeholder under "keep", dropped under "exclude"
     TRL_MASKED = 1  # masked by TRL itself (truncated): no term, and TRL's normalisers as TRL has them
     KL_ONLY = 2  # a zero-variance row that keeps its KL term (zero_std_kl), and only it
@@ -177,6 +178,11 @@ class RowPlan:
         """Rows whose log-probs the loss reads (the policy's, the reference's, the old policy's)."""
         return self.role >= RowRole.KL_ONLY
 
+    @property
+    def generated(self) -> torch.Tensor:
+        """Rows that were generated: all but the empty slots of skipped prompts (``skip_refill=False``)."""
+        return self.role != RowRole.EMPTY
+
 
 def decide_row_plan(
     task_rewards: torch.Tensor,
@@ -190,6 +196,7 @@ def decide_row_plan(
     exclude_masked_from_baseline: bool = True,
     zero_std_kl: str = "mask",
     reward_range: tuple[float, float] | None = None,
+    empty: torch.Tensor | None = None,
 ) -> RowPlan:
     """Apply the one rule (SEMANTICS.md) to a gathered batch.
 
@@ -197,12 +204,15 @@ def decide_row_plan(
     rows are masked with reason ``zero_std``. ``zero_std_kl`` keeps the KL term of the zero-variance rows tied at the
     low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them.
     ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
-    statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``).
+    statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``). ``empty`` marks the
+    whole groups that stand in for prompts skipped and never generated (``skip_refill=False``): in no group count and
+    no statistic, out of the loss.
     """
-    invalid = truncated | unscorable | rejected
-    valid = ~invalid
+    empty = torch.zeros_like(truncated) if empty is None else empty
+    valid = ~(truncated | unscorable | rejected | empty)
     if mask_zero_std_groups:
         zero_groups = zero_std_groups(task_rewards, valid, num_generations, zero_std_atol)
+        zero_groups &= ~grouped(empty, num_generations).all(dim=1)
     else:
         zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=valid.device)
     low, high = reward_range if reward_range is not None else (None, None)
@@ -216,11 +226,17 @@ def decide_row_plan(
     role[zero_std & expand_groups(keeps_kl, num_generations)] = RowRole.KL_ONLY
     role[unscorable | rejected] = RowRole.OUT
     role[truncated] = RowRole.TRL_MASKED
+    role[empty] = RowRole.EMPTY
     trainable = role == RowRole.TRAIN
     return RowPlan(
-        reasons={"zero_std": zero_std, "truncated": truncated, "unscorable": unscorable, "rejected": rejected},
+        reasons={
+            "zero_std": zero_std,
+            "truncated": truncated,
+            "unscorable": unscorable & ~empty,
+            "rejected": rejected,
+        },
         role=role,
-        stat_rows=trainable if exclude_masked_from_baseline else ~unscorable,
+        stat_rows=trainable if exclude_masked_from_baseline else ~(unscorable | empty),
         zero_std_groups=zero_groups,
         low_tied_groups=low_tied,
         high_tied_groups=high_tied,
@@ -241,20 +257,26 @@ def widen_reward_range(
 
 
 def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> dict[str, float]:
-    """Train metrics of one gathered batch's plan (shares of groups, rows or loss tokens); ``row_tokens`` ``(N,)``:
-    TRL's loss tokens per row."""
+    """Train metrics of one gathered batch's plan (shares of the groups, rows or loss tokens generated: an empty slot
+    is none of them); ``row_tokens`` ``(N,)``: TRL's loss tokens per row."""
+    generated = plan.generated
+    rows = generated.sum().clamp(min=1)
+    groups = (rows / len(generated) * len(plan.zero_std_groups)).clamp(min=1)  # an empty slot is a whole group
+    row_tokens = row_tokens * generated
+
+    def share(mask: torch.Tensor, count: torch.Tensor) -> float:
+        return (mask.sum() / count).item()
+
     metrics = {
-        "zero_std/masked_group_frac": plan.zero_std_groups.float().mean().item(),
-        "zero_std/all_low_group_frac": plan.low_tied_groups.float().mean().item(),
-        "zero_std/all_high_group_frac": plan.high_tied_groups.float().mean().item(),
-        "zero_std/masked_token_frac": (
-            (row_tokens * plan.reasons["zero_std"]).sum() / row_tokens.sum().clamp(min=1)
-        ).item(),
+        "zero_std/masked_group_frac": share(plan.zero_std_groups, groups),
+        "zero_std/all_low_group_frac": share(plan.low_tied_groups, groups),
+        "zero_std/all_high_group_frac": share(plan.high_tied_groups, groups),
+        "zero_std/masked_token_frac": share(row_tokens * plan.reasons["zero_std"], row_tokens.sum().clamp(min=1)),
     }
     if zero_std_kl != "mask":
-        metrics["zero_std/kl_kept_row_frac"] = (plan.role == RowRole.KL_ONLY).float().mean().item()
+        metrics["zero_std/kl_kept_row_frac"] = share(plan.role == RowRole.KL_ONLY, rows)
     for reason in MASK_REASONS:
-        metrics[f"masked/row_frac/{reason}"] = plan.reasons[reason].float().mean().item()
+        metrics[f"masked/row_frac/{reason}"] = share(plan.reasons[reason], rows)
     return metrics
 
 
@@ -302,11 +324,11 @@ class LossRows:
 def plan_loss_rows(role: torch.Tensor, normalization: str) -> LossRows:
     """Plan the loss micro-batch from the ``(B,)`` row roles.
 
-    ``"keep"`` keeps every row, so each normaliser is the base trainer's. ``"exclude"`` drops the rows this package
-    masked (``RowRole.OUT``); rows TRL masks itself stay, as in TRL. At least one row is always kept, so every rank
-    runs the same forward and collectives.
+    ``"keep"`` keeps every generated row, so each normaliser is the base trainer's on the rows generated.
+    ``"exclude"`` drops the rows this package masked (``RowRole.OUT``) too; rows TRL masks itself stay, as in TRL. At
+    least one row is always kept, so every rank runs the same forward and collectives.
     """
-    keep = torch.ones_like(role, dtype=torch.bool) if normalization == "keep" else role != RowRole.OUT
+    keep = role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
     if not keep.any():
         keep[0] = True
     kept = keep.nonzero(as_tuple=True)[0]

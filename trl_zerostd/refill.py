@@ -33,6 +33,7 @@ from .sampling import (
     PromptStream,
     RowStream,
     choose_groups,
+    drawn_places,
     first_round_extra,
     plan_screen_round,
     rank_rows,
@@ -79,13 +80,19 @@ class BatchRefiller:
             rounds, (informative, generated) = self._fill_whole(pool, inputs, needed, host, generate)
         if self.skipper is not None:
             metrics.update(self._record_outcomes(pool, host, reward_range))
-        chosen = torch.arange(needed)
+        chosen = torch.arange(needed) if pool.slots is None else pool.slots.clamp(min=0)  # an empty slot: group 0's
         if dynamic:
             if informative < needed:
                 self._cap_reached(informative, generated, needed)
             chosen = choose_groups(torch.cat(pool.informative), needed)
         row_ids = (chosen.unsqueeze(1) * G + torch.arange(G)).view(-1)
         batch = GatheredRows.concat(pool.groups)
+        empty = torch.zeros(len(row_ids), dtype=torch.bool)
+        if pool.slots is not None:
+            empty = core.expand_groups(pool.slots < 0, G)
+            metrics["prompt_skip/empty_slot_frac"] = (pool.slots < 0).float().mean().item()
+        rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(empty.unsqueeze(1).to(batch.truncated.device),
+                                                                      float("nan"))  # fmt: skip
         local_ids = row_ids[rank_rows(len(row_ids), world, self.rank)].tolist()
         if dynamic:
             task_rewards = host._task_rewards(batch.rewards_per_func)
@@ -98,10 +105,11 @@ class BatchRefiller:
                 "dynamic_sampling/generated_reward_mean": torch.nanmean(task_rewards).item(),
             })  # fmt: skip
         return RefilledBatch(
-            rows=[batch.rows[i] for i in local_ids],
+            rows=[dict(batch.rows[i]) for i in local_ids],
             generated=host._join_generated([batch.records[i] for i in local_ids]),
-            rewards_per_func=batch.rewards_per_func[row_ids],
-            truncated=batch.truncated[row_ids],
+            rewards_per_func=rewards_per_func,
+            truncated=batch.truncated[row_ids] & ~empty.to(batch.truncated.device),
+            empty=empty.to(batch.truncated.device),
             metrics=metrics,
         )
 
@@ -112,7 +120,10 @@ class BatchRefiller:
         seen_informative, seen_generated = self.informative_history
         extra = first_round_extra(needed, seen_informative, seen_generated, world, G) if dynamic else 0
         if self.skipper is not None:
-            rows, keys = self._stream_prompts(pool, needed + extra)
+            if self.settings.skip_refill:
+                rows, keys = self._stream_prompts(pool, needed + extra)
+            else:
+                rows, keys = self._stream_slots(pool, needed)
             first = [(self._local_rows(rows, G), keys)]
         else:
             rows, keys = self._stream_prompts(pool, extra)
@@ -195,6 +206,23 @@ class BatchRefiller:
             keys, skipped = self.stream.draw(count, draw_prob)
             rows = [dict(self.dataset[i]) for i in keys]
         pool.skipped += skipped
+        return rows, keys
+
+    def _stream_slots(self, pool: GeneratedPool, count: int) -> tuple[list[dict], list[int]]:
+        """``skip_refill=False``: the prompts of the next ``count`` places of the stream that generate
+        (``sampling.drawn_places``) and their keys; ``pool.slots`` says which group fills each place, -1 for none."""
+        if isinstance(self.stream, RowStream):
+            rows, keys, drawn = self.stream.places(count, self.skipper.draw_prob)
+        else:
+            keys, drawn = self.stream.places(count, self.skipper.draw_prob)
+            rows = None
+        generates = drawn_places(drawn, self.num_generations, self.world_size)
+        pool.slots = torch.full((count,), -1, dtype=torch.long)
+        pool.slots[generates] = torch.arange(int(generates.sum()))
+        pool.skipped += count - int(generates.sum())
+        places = generates.nonzero().view(-1).tolist()
+        keys = [keys[i] for i in places]
+        rows = [rows[i] for i in places] if rows is not None else [dict(self.dataset[i]) for i in keys]
         return rows, keys
 
     def _local_rows(self, rows: list[dict], per_prompt: int) -> list[dict]:

@@ -85,7 +85,8 @@ class GeneratedPool:
     """Every whole group generated for one batch so far, in gathered order (every rank holds all of it), their
     ``(groups,)`` informative flags and, with prompt skipping, skip-history keys (every part comes from the stream),
     and the prompts skipped. With screening, the screens that were tied (``tied_screens``, with their keys) and the
-    keys of passed screens never completed (``unfinished_keys``)."""
+    keys of passed screens never completed (``unfinished_keys``). Under ``skip_refill=False``, ``slots`` ``(batch
+    groups,)``: the generated group that fills each place of the batch, -1 for a skipped prompt's empty slot."""
 
     groups: list[GatheredRows] = field(default_factory=list)
     informative: list[torch.Tensor] = field(default_factory=list)
@@ -94,6 +95,7 @@ class GeneratedPool:
     tied_screens: list[GatheredRows] = field(default_factory=list)
     tied_screen_keys: list[int] = field(default_factory=list)
     unfinished_keys: list[int] = field(default_factory=list)
+    slots: torch.Tensor | None = None
 
     def add(self, groups: GatheredRows, informative: torch.Tensor, keys: list[int]) -> None:
         self.groups.append(groups)
@@ -109,12 +111,14 @@ class GeneratedPool:
 @dataclass(frozen=True)
 class RefilledBatch:
     """This rank's rows of the groups that train, what TRL's ``_generate`` gives for them, the gathered ``(N, K)``
-    rewards and ``(N,)`` truncation of the batch, and the refill's train metrics."""
+    rewards, ``(N,)`` truncation and empty slots (``skip_refill=False``: a copy of a generated group, reward NaN) of
+    the batch, and the refill's train metrics."""
 
     rows: list[dict]
     generated: tuple
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
+    empty: torch.Tensor
     metrics: dict[str, float]
 
 

@@ -77,6 +77,21 @@ class PromptStream:
             self.position += seen
         return taken, skipped
 
+    def places(self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[int], torch.Tensor]:
+        """The row indices of the next ``count`` places, drawn or not, and ``(count,)`` bool whether each is drawn
+        (the same decision ``draw`` takes at that place)."""
+        rows, drawn = [], []
+        while len(rows) < count:
+            if self.position == self.num_rows:
+                self.epoch, self.position = self.epoch + 1, 0
+            order, uniform = self._pass()
+            end = min(self.num_rows, self.position + count - len(rows))
+            candidates = order[self.position : end]
+            rows += candidates.tolist()
+            drawn.append(uniform[self.position : end].double() < draw_prob(candidates))
+            self.position = end
+        return rows, torch.cat(drawn)
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
@@ -150,6 +165,21 @@ class RowStream:
                 skipped += 1
         return rows, keys, skipped
 
+    def places(
+        self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor]
+    ) -> tuple[list[dict], list[int], torch.Tensor]:
+        """The rows and keys of the next ``count`` places, drawn or not, and ``(count,)`` bool whether each is drawn
+        (the same decision ``draw`` takes at that place)."""
+        rows, keys, drawn = [], [], []
+        for _ in range(count):
+            row = self._next_row()
+            key = self.key(row)
+            drawn.append(self._place_uniform() < float(draw_prob(torch.tensor([key]))[0]))
+            self.position += 1
+            rows.append(row)
+            keys.append(key)
+        return rows, keys, torch.tensor(drawn, dtype=torch.bool)
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
@@ -165,6 +195,16 @@ def refill_groups(missing: int, informative: int, generated: int, batch_groups: 
     rate = max(informative / generated if generated else 0.0, 1.0 / batch_groups)
     groups = min(math.ceil(missing / rate), MAX_ROUND_BATCHES * batch_groups)
     return splittable(groups, G, world_size)
+
+
+def drawn_places(drawn: torch.Tensor, rows_per_prompt: int, world_size: int) -> torch.Tensor:
+    """``(k,)`` bool: the places of a batch that generate under ``skip_refill=False``, the ``drawn`` ones and, in place
+    order, as many skipped ones as make their rows split evenly over ``world_size`` ranks (at least one place: a step
+    trains on something)."""
+    count = min(splittable(max(int(drawn.sum()), 1), rows_per_prompt, world_size), len(drawn))
+    extra = count - int(drawn.sum())
+    forced = (~drawn).nonzero().view(-1)[:extra]
+    return drawn.clone().index_fill_(0, forced, True)
 
 
 def splittable(prompts: int, rows_per_prompt: int, world_size: int) -> int:

@@ -55,9 +55,10 @@ class ZeroStdState:
         truncated: torch.Tensor,
         rejected: torch.Tensor,
         num_generations: int,
+        empty: torch.Tensor | None = None,
     ) -> core.RowPlan:
         """The gathered batch's ``RowPlan`` under the settings, after widening ``reward_range`` by its valid rows
-        (``(N,)`` task rewards, ``(N, K)`` rewards per function, ``(N,)`` truncated and rejected)."""
+        (``(N,)`` task rewards, ``(N, K)`` rewards per function, ``(N,)`` truncated, rejected and empty slots)."""
         settings = self.settings
         self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))
         return core.decide_row_plan(
@@ -71,6 +72,7 @@ class ZeroStdState:
             exclude_masked_from_baseline=settings.exclude_masked_from_baseline,
             zero_std_kl=settings.zero_std_kl,
             reward_range=self.reward_range,
+            empty=empty,
         )
 
     def state_dict(self) -> dict:
