@@ -4,10 +4,12 @@ Trains ``max_steps`` steps of ZeroStdGRPOTrainer or ZeroStdRLOOTrainer on a stub
 groups of 4) and writes, per rank, the rows it trained on (prompt, completion, advantage, loss tokens), parameter
 checksums before and after, and rank 0's logs. Scenarios:
 
-- ``masking``: prompts "1+1=" (tied) and "2+3=" (informative), one step;
+- ``masking``: prompts "1+1=" (tied) and "2+3=" (informative), one step; ``masking_exclude`` the same with
+  ``zero_std_normalization="exclude"`` (one rank's rows all leave its loss, the other's all stay);
 - ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
 - ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached;
 - ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps.
+- ``skipping_empty``: prompt skipping alone with ``skip_refill=False`` (empty slots), six steps.
 
 Usage: dp_worker.py MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
 """
@@ -36,6 +38,11 @@ GLOBAL_BATCH = 8
 COMPLETIONS = {"1+1=": ["2", "2 a"], "2+3=": ["5 x", "3"], "4+4=": ["8", "1 x"], "3+5=": ["9", "8 y"]}
 SCENARIOS = {
     "masking": {"prompts": ["1+1=", "2+3="], "config": {}, "reward": answer_reward},
+    "masking_exclude": {
+        "prompts": ["1+1=", "2+3="],
+        "config": {"zero_std_normalization": "exclude"},
+        "reward": answer_reward,
+    },  # fmt: skip
     "dynamic": {
         "prompts": list(COMPLETIONS),
         "config": {"dynamic_sampling": True, "max_steps": 2},
@@ -53,6 +60,16 @@ SCENARIOS = {
             "skip_zero_std_prompts": True,
             "skip_predictor": "streak",
             "max_steps": 3,
+        },
+        "reward": answer_reward,
+    },
+    "skipping_empty": {  # skip_refill=False: a skipped prompt's place stays an empty slot
+        "prompts": list(COMPLETIONS),
+        "config": {
+            "skip_zero_std_prompts": True,
+            "skip_predictor": "streak",
+            "skip_refill": False,
+            "max_steps": 6,
         },
         "reward": answer_reward,
     },

@@ -434,6 +434,12 @@ MUTATIONS = [  # (label, file, original, mutant)
         "else plan.generated | True",
     ),
     (
+        "adapter: ranks hand TRL's loss different numbers of rows",
+        "_adapter.py",
+        "int(gather(needed).max())",
+        "int(needed.max())",
+    ),
+    (
         "state: the batch does not widen the reward range",
         "state.py",
         "self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))",

@@ -319,6 +319,22 @@ def test_plan_loss_rows_exclude_keeps_one_row_when_all_are_masked():
     assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == []
 
 
+def test_plan_loss_rows_drop_empty_slots_in_both_modes():
+    role = torch.tensor([ROLE.EMPTY, ROLE.TRAIN, ROLE.OUT, ROLE.EMPTY])
+    assert core.plan_loss_rows(role, "keep").kept.tolist() == [1, 2]
+    assert core.plan_loss_rows(role, "exclude").kept.tolist() == [1]
+    assert [core.loss_rows_needed(role, mode) for mode in ("keep", "exclude")] == [2, 1]
+    assert core.loss_rows_needed(torch.full((2,), ROLE.EMPTY), "keep") == 1  # at least one
+
+
+def test_plan_loss_rows_pad_to_the_rows_every_rank_hands_the_loss():
+    """A rank that needs fewer rows than another adds its first other rows as placeholders (not forwarded)."""
+    role = torch.tensor([ROLE.OUT, ROLE.TRAIN, ROLE.EMPTY, ROLE.OUT])
+    rows = core.plan_loss_rows(role, "exclude", rows=3)
+    assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == [1]
+    assert core.plan_loss_rows(role, "exclude", rows=1).kept.tolist() == [1]  # never fewer than it needs
+
+
 def test_forward_rows_match_across_ranks():
     """Every rank forwards as many rows (the most any rank needs, at least one), its needed rows first."""
     needed = torch.tensor([[False, False, False, False], [True, False, True, False]])

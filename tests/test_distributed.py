@@ -60,11 +60,13 @@ def by_row(results):
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_two_processes_match_one(tiny_model_dir, tmp_path, kind):
-    """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", kind, "masking")
+@pytest.mark.parametrize("scenario", ["masking", "masking_exclude"])
+def test_two_processes_match_one(tiny_model_dir, tmp_path, kind, scenario):
+    """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes; under
+    "exclude" each rank still hands TRL's loss as many rows (it gathers one value per row across ranks)."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", kind, scenario)
     assert {row["prompt"] for row in ranks[0]["rows"]} != {row["prompt"] for row in ranks[1]["rows"]}
-    single = launch(tiny_model_dir, tmp_path / "single", kind, "masking", num_processes=1)
+    single = launch(tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)  # advantages bit-identical
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
     assert tied and all(row["tokens"] == 0 and row["advantage"] == 0.0 for row in tied)
@@ -96,7 +98,7 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir,
     assert results[0]["logs"][0]["dynamic_sampling/rounds"] == 3
 
 
-@pytest.mark.parametrize("scenario", ["skipping", "skipping_streaming"])
+@pytest.mark.parametrize("scenario", ["skipping", "skipping_empty", "skipping_streaming"])
 def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scenario):
     """Every rank records the same outcome per prompt and takes the same skip decisions as one process (a streaming
     dataset: every rank reads the same rows and keys their histories by the same hashes)."""
@@ -116,3 +118,6 @@ def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scena
     assert {kinds[p] for p in ("2+3=", "4+4=", "3+5=")} == {Outcome.INFORMATIVE}
     drawn = [entry["prompt_skip/prompts_drawn"] for entry in ranks[0]["logs"]]
     assert drawn == [entry["prompt_skip/prompts_drawn"] for entry in single[0]["logs"]]
+    if scenario == "skipping_empty":  # some places were left empty, the same on every rank and in one process
+        empty = [entry["prompt_skip/empty_slot_frac"] for entry in ranks[0]["logs"]]
+        assert sum(empty) > 0 and empty == [entry["prompt_skip/empty_slot_frac"] for entry in single[0]["logs"]]

@@ -196,7 +196,8 @@ class ZeroStdAdapter:
             return super()._compute_loss(model, inputs)
         settings, inputs = self.zero_std.settings, dict(inputs)
         role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
-        rows = core.plan_loss_rows(role.cpu(), settings.zero_std_normalization)
+        needed = torch.tensor([core.loss_rows_needed(role.cpu(), settings.zero_std_normalization)], device=role.device)
+        rows = core.plan_loss_rows(role.cpu(), settings.zero_std_normalization, int(gather(needed).max()))
         kept = rows.kept.to(role.device)
         if len(kept) < len(role):
             inputs = select_rows(inputs, kept, len(role))

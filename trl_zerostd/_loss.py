@@ -2,8 +2,10 @@
 
 Each micro-batch carries its rows' ``RowRole`` (``row_role``, shuffled and split with the batch by TRL). Under
 ``"keep"`` every row is handed to TRL's loss, so its row and ``num_items_in_batch`` normalisers are the base ones;
-under ``"exclude"`` the rows this package masked are dropped. Of the rows handed over, only those that train (policy
-or KL term) are forwarded; the others are placeholders with a zero loss mask and constant log-probs: importance
+under ``"exclude"`` the rows this package masked are dropped (an empty slot, ``skip_refill=False``, in both modes).
+Every rank hands the loss as many rows as the rank that needs most, padding with its own dropped rows: TRL's loss
+gathers one value per row across ranks, which needs equal counts. Of the rows handed over, only those that train
+(policy or KL term) are forwarded; the others are placeholders with a zero loss mask and constant log-probs: importance
 ratio 1, KL 0, entropy 0, loss and gradient exactly 0. With a zero loss mask they also stay out of every token
 statistic TRL takes over the mask (entropy quantile, adaptive-entropy mean, logged kl/entropy/clip ratios).
 """

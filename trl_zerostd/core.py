@@ -321,15 +321,20 @@ class LossRows:
         return self.role == RowRole.TRAIN
 
 
-def plan_loss_rows(role: torch.Tensor, normalization: str) -> LossRows:
-    """Plan the loss micro-batch from the ``(B,)`` row roles.
-
-    ``"keep"`` keeps every generated row, so each normaliser is the base trainer's on the rows generated.
-    ``"exclude"`` drops the rows this package masked (``RowRole.OUT``) too; rows TRL masks itself stay, as in TRL. At
-    least one row is always kept, so every rank runs the same forward and collectives.
-    """
+def loss_rows_needed(role: torch.Tensor, normalization: str) -> int:
+    """How many rows of a micro-batch with ``(B,)`` row roles TRL's loss must see: ``"keep"`` every generated row
+    (the empty slots of skipped prompts are not rows), ``"exclude"`` also not the rows this package masked
+    (``RowRole.OUT``; rows TRL masks itself count, as in TRL); at least one."""
     keep = role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
-    if not keep.any():
-        keep[0] = True
+    return max(int(keep.sum()), 1)
+
+
+def plan_loss_rows(role: torch.Tensor, normalization: str, rows: int | None = None) -> LossRows:
+    """Plan the loss micro-batch from the ``(B,)`` row roles: the rows ``loss_rows_needed`` names, then, up to
+    ``rows`` (every rank hands TRL's loss as many rows: it gathers one value per row across ranks), the first of the
+    others as placeholders with a zero loss mask, which only the normalisers that count rows see."""
+    keep = role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
+    padding = max(rows or 1, int(keep.sum()), 1) - int(keep.sum())
+    keep[(~keep).nonzero(as_tuple=True)[0][:padding]] = True
     kept = keep.nonzero(as_tuple=True)[0]
     return LossRows(kept=kept, role=role[kept])
