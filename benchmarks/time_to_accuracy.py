@@ -98,6 +98,7 @@ EMPTY = ["--skip_refill", "false"]
 for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
     ARMS[f"{arm}-empty"] = [*ARMS[arm], *EMPTY]
     ARMS[f"{arm}-empty-kf"] = [*ARMS[arm], *EMPTY, *ARMS["keep_failed"]]
+    ARMS[f"{arm}-empty-x2"] = ARMS[f"{arm}-empty"]  # twice the steps: about TRL's tokens
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
 
@@ -320,8 +321,9 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Learning against the informative groups a step trains (mean over seeds; informative: 1 - TRL's "
-        "frac_reward_zero_std of the groups that train):",
+        "Learning against the informative groups a step trains (mean over seeds; groups trained: the batch's less its "
+        "empty slots; informative: those less TRL's frac_reward_zero_std of the batch, in which an empty slot does "
+        "not count):",
         "",
         "| arm | groups trained a step | informative groups a step | generated tokens a step | held-out gain | gain "
         "per M generated tokens |",
@@ -329,11 +331,15 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
     ]
     for arm, runs in per_arm.items():
         groups = groups_per_step(arm, args)
-        informative = statistics.fmean(groups * (1 - statistics.fmean(r["frac_reward_zero_std"])) for r in runs)
+        empty = statistics.fmean(statistics.fmean(x or 0.0 for x in r.get("empty_slot_frac") or [0.0]) for r in runs)
+        informative = statistics.fmean(
+            groups * (1 - empty - statistics.fmean(r["frac_reward_zero_std"])) for r in runs
+        )
         tokens = statistics.fmean(r["num_tokens"][-1] / len(r["num_tokens"]) for r in runs)
         gain = statistics.fmean(final_reward(r) - r["eval"][0][1] for r in runs)
+        trained = f"{groups * (1 - empty):.1f}" if empty else f"{groups}"
         lines.append(
-            f"| {arm} | {groups} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
+            f"| {arm} | {trained} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
             f"{gain / statistics.fmean(r['num_tokens'][-1] for r in runs) * 1e6:.3f} |"
         )
     lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
