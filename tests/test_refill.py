@@ -40,6 +40,15 @@ def group_prompts(trainer, batch):
     return [prompts[i] for i in range(0, len(prompts), trainer.num_generations)]
 
 
+def assert_trains_as_trl(ours, ours_batch, base, base_batch):
+    """Our loss and gradients on ``ours_batch`` equal TRL's on ``base_batch``, and the gradient is not zero."""
+    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
+    base_loss, base_grads = loss_and_grads(base, base_batch)
+    assert grad_norm(base_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_tied_groups_are_replaced_by_informative_ones(make_trainer, kind):
     trainer = make_trainer(kind, prompts=DATA, **DYNAMIC)
@@ -65,11 +74,7 @@ def test_the_trained_batch_is_trls_on_the_same_groups(make_trainer, kind, screen
     base_batch = train_batch(base, group_prompts(ours, ours_batch), tied_or_informative)
     for key in ("prompt_ids", "completion_ids", "completion_mask", "advantages"):
         assert torch.equal(ours_batch[key], base_batch[key]), key
-    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
-    base_loss, base_grads = loss_and_grads(base, base_batch)
-    assert grad_norm(ours_grads) > 1e-4
-    torch.testing.assert_close(ours_loss, base_loss)
-    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+    assert_trains_as_trl(ours, ours_batch, base, base_batch)
 
 
 def test_same_seed_same_batches(make_trainer):
@@ -473,11 +478,7 @@ def test_an_empty_slot_trains_as_trl_on_the_groups_generated(make_trainer, kind,
         all(math.isnan(reward) for reward in logged[empty])
         and logged[generated] == list(base._logs["rewards"]["answer_reward"])[-4:]
     )
-    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
-    base_loss, base_grads = loss_and_grads(base, base_batch)
-    assert grad_norm(base_grads) > 1e-4
-    torch.testing.assert_close(ours_loss, base_loss)
-    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+    assert_trains_as_trl(ours, ours_batch, base, base_batch)
 
 
 def test_an_empty_slot_is_out_of_every_loss_normaliser(make_trainer):
