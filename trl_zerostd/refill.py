@@ -91,8 +91,8 @@ class BatchRefiller:
         if pool.slots is not None:
             empty = core.expand_groups(pool.slots < 0, G)
             metrics["prompt_skip/empty_slot_frac"] = (pool.slots < 0).float().mean().item()
-        rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(empty.unsqueeze(1).to(batch.truncated.device),
-                                                                      float("nan"))  # fmt: skip
+        empty = empty.to(batch.truncated.device)
+        rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(empty.unsqueeze(1), float("nan"))
         local_ids = row_ids[rank_rows(len(row_ids), world, self.rank)].tolist()
         if dynamic:
             task_rewards = host._task_rewards(batch.rewards_per_func)
@@ -108,8 +108,8 @@ class BatchRefiller:
             rows=[dict(batch.rows[i]) for i in local_ids],
             generated=host._join_generated([batch.records[i] for i in local_ids]),
             rewards_per_func=rewards_per_func,
-            truncated=batch.truncated[row_ids] & ~empty.to(batch.truncated.device),
-            empty=empty.to(batch.truncated.device),
+            truncated=batch.truncated[row_ids] & ~empty,
+            empty=empty,
             metrics=metrics,
         )
 
