@@ -28,7 +28,7 @@ ARMS_REAL = [
 ]  # fmt: skip
 PLOT_ARMS = [
     "trl", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-rate-prior-f02-mu2-x2-lr05",
-    "trl-mu2-x2-lr05",
+    "trl-mu2-x2-lr05", "skip-rate-prior-empty-x2",
 ]  # fmt: skip
 
 
