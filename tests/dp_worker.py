@@ -73,18 +73,9 @@ SCENARIOS = {
         },
         "reward": answer_reward,
     },
-    "skipping_streaming": {  # the train set as an IterableDataset: histories keyed by hashed prompts
-        "prompts": list(COMPLETIONS),
-        "config": {
-            "dynamic_sampling": True,
-            "skip_zero_std_prompts": True,
-            "skip_predictor": "streak",
-            "max_steps": 3,
-        },
-        "reward": answer_reward,
-        "streaming": True,
-    },
 }
+# the train set as an IterableDataset: histories keyed by hashed prompts
+SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
 
 
 def completions_for(prompts):
