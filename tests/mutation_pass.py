@@ -46,8 +46,8 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "core: masked rows stay in the statistics",
         "core.py",
-        "stat_rows=trainable if exclude_masked_from_baseline else ~unscorable",
-        "stat_rows=~unscorable",
+        "stat_rows=trainable if exclude_masked_from_baseline else ~(unscorable | empty)",
+        "stat_rows=~(unscorable | empty)",
     ),
     (
         "core: keep_failed keeps the all-correct groups",
@@ -76,10 +76,15 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "core: exclude drops TRL's own masked rows",
         "core.py",
-        "else role != RowRole.OUT",
+        "else role > RowRole.OUT",
         "else role >= RowRole.KL_ONLY",
     ),
-    ("core: exclude keeps no row when all are masked", "core.py", "        keep[0] = True\n", "        pass\n"),
+    (
+        "core: exclude keeps no row when all are masked",
+        "core.py",
+        "padding = max(rows or 1, int(keep.sum()), 1) - int(keep.sum())",
+        "padding = max(rows or 0, int(keep.sum())) - int(keep.sum())",
+    ),
     ("core: truncation test inverted", "core.py", "ids[-1] not in stop", "ids[-1] in stop"),
     (
         "core: NaN sampling log-probs reject",
@@ -127,7 +132,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "adapter: exclude keeps TRL's num_items_in_batch",
         "_adapter.py",
-        'output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])',
+        'output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])',
         "pass",
     ),
     (
@@ -424,8 +429,8 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "core: an empty slot in the row normalisers under keep",
         "core.py",
-        "keep = role != RowRole.EMPTY if normalization",
-        "keep = role >= RowRole.EMPTY if normalization",
+        "return role != RowRole.EMPTY if normalization",
+        "return role >= RowRole.EMPTY if normalization",
     ),
     (
         "adapter: an empty slot's tokens in num_items_in_batch under keep",

@@ -17,8 +17,8 @@ class GenerationBatch:
     sampling or prompt skipping, set before TRL's ``_generate_and_score_completions`` runs). ``preparing``: TRL's
     method is running only to prepare prompts (``_prepared_prompts``).
     ``rewards_per_func`` ``(N, K)``, ``truncated`` and ``empty`` (the slots of skipped prompts, ``skip_refill=False``)
-    ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)``
-    log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
+    ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)`` log-probs and completion masks of TRL's scoring forwards,
+    in call order (RLOO's KL penalty reads them).
     """
 
     inputs: list[dict]

@@ -321,19 +321,23 @@ class LossRows:
         return self.role == RowRole.TRAIN
 
 
+def loss_rows(role: torch.Tensor, normalization: str) -> torch.Tensor:
+    """``(B,)`` bool: the rows of a micro-batch TRL's loss must see. ``"keep"``: every generated row (the empty slots
+    of skipped prompts are not rows); ``"exclude"``: also not the rows this package masked (``RowRole.OUT``; rows TRL
+    masks itself stay, as in TRL)."""
+    return role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
+
+
 def loss_rows_needed(role: torch.Tensor, normalization: str) -> int:
-    """How many rows of a micro-batch with ``(B,)`` row roles TRL's loss must see: ``"keep"`` every generated row
-    (the empty slots of skipped prompts are not rows), ``"exclude"`` also not the rows this package masked
-    (``RowRole.OUT``; rows TRL masks itself count, as in TRL); at least one."""
-    keep = role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
-    return max(int(keep.sum()), 1)
+    """How many rows ``loss_rows`` names, at least one."""
+    return max(int(loss_rows(role, normalization).sum()), 1)
 
 
 def plan_loss_rows(role: torch.Tensor, normalization: str, rows: int | None = None) -> LossRows:
-    """Plan the loss micro-batch from the ``(B,)`` row roles: the rows ``loss_rows_needed`` names, then, up to
-    ``rows`` (every rank hands TRL's loss as many rows: it gathers one value per row across ranks), the first of the
-    others as placeholders with a zero loss mask, which only the normalisers that count rows see."""
-    keep = role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
+    """Plan the loss micro-batch from the ``(B,)`` row roles: the rows ``loss_rows`` names, then, up to ``rows``
+    (every rank hands TRL's loss as many rows: it gathers one value per row across ranks), the first of the others as
+    placeholders with a zero loss mask, which only the normalisers that count rows see."""
+    keep = loss_rows(role, normalization)
     padding = max(rows or 1, int(keep.sum()), 1) - int(keep.sum())
     keep[(~keep).nonzero(as_tuple=True)[0][:padding]] = True
     kept = keep.nonzero(as_tuple=True)[0]
