@@ -99,6 +99,12 @@ for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
     ARMS[f"{arm}-empty"] = [*ARMS[arm], *EMPTY]
     ARMS[f"{arm}-empty-kf"] = [*ARMS[arm], *EMPTY, *ARMS["keep_failed"]]
     ARMS[f"{arm}-empty-x2"] = ARMS[f"{arm}-empty"]  # twice the steps: about TRL's tokens
+# One group a step (8 completions): an optimizer step moves the policy about as far whatever its batch (Adam), so at
+# fixed tokens more, smaller steps on informative groups may learn more; "-screen2" tells a tie from 2 completions
+ONE_GROUP = ["--per_device_train_batch_size", "8"]
+ARMS["trl-1g"] = ONE_GROUP
+ARMS["dynamic-1g"] = [*ARMS["dynamic"], *ONE_GROUP]
+ARMS["dynamic-1g-screen2"] = [*ARMS["dynamic-1g"], "--dynamic_sampling_screen", "2"]
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
 
@@ -120,7 +126,8 @@ class TimeToAccuracyArguments:
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
             "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -share: "
             "skip_predictor=informative_share; -mu2: num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
-            "-lr05, -lr2: learning_rate x 0.5, x 2; -empty: skip_refill=False; -kf: zero_std_kl=keep_failed)."
+            "-lr05, -lr2: learning_rate x 0.5, x 2; -empty: skip_refill=False; -kf: zero_std_kl=keep_failed; -1g: one "
+            "group of 8 a step)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))
@@ -344,6 +351,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         )
     lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
     lines += foresight_bound(per_arm["trl"], target, args.seeds)
+    lines += perfect_predictor(per_arm, target, args)
     lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
     lines += ["| arm | " + " | ".join(args.levels) + " |", "|---" * (len(args.levels) + 1) + "|"]
     for arm, runs in per_arm.items():
@@ -403,6 +411,54 @@ def foresight_bound(trl_runs: list[dict], target: dict[int, float], seeds: list[
         "| TRL's zero-variance share | " + " | ".join(f"{share:.2f}" for share in shares.values()) + " |",
         "| perfect-foresight tokens, / TRL | " + " | ".join(f"{value:.2f}" for value in bound) + " |",
     ]
+
+
+def trained_only(record: dict, groups: int) -> dict:
+    """A dynamic-sampling run as prompt skipping with a perfect predictor would have run it: each step's tokens and
+    generation seconds scaled by the share of its generated groups that trained (``groups`` of
+    ``generated_groups``; the rest were tied and dropped, which that predictor would not have generated). The scaling
+    assumes a step's groups cost alike; scoring is left whole."""
+    steps = zip(record["num_tokens"], [0.0, *record["num_tokens"][:-1]], record["generated_groups"],
+                record["step_time"], record["generation_s"])  # fmt: skip
+    tokens, step_time = [], []
+    for total, before, generated, step, generation in steps:
+        kept = groups / generated if generated else 1.0
+        tokens.append((tokens[-1] if tokens else 0.0) + (total - before) * kept)
+        step_time.append(step - generation * (1 - kept))
+    return {**record, "num_tokens": tokens, "step_time": step_time}
+
+
+def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], args) -> list[str]:
+    """The perfect-foresight bound measured instead of assumed: a dynamic-sampling arm trains batches of informative
+    groups only, which is the batch prompt skipping with a perfect predictor would generate; counting only the trained
+    groups' tokens and generation time (``trained_only``) gives that predictor's cost to target over TRL's
+    (interpolated crossings). It differs from ``foresight_bound`` where a batch of only informative groups teaches
+    more, or less, per group than TRL's mixed batch."""
+    arms = [
+        arm
+        for arm, runs in per_arm.items()
+        if runs and runs[0]["generated_groups"][0] is not None and "--dynamic_sampling_screen" not in ARMS[arm]
+    ]  # a screen counts as a generated group, so the share that trained would not be a share of tokens
+    if not arms:
+        return []
+    base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
+    lines = [
+        "",
+        "A perfect predictor, measured: dynamic sampling trains only informative groups, as prompt skipping with a "
+        "perfect predictor would; its cost to target counting only the groups that trained (tokens, and wall less "
+        "the generation of the dropped groups), over TRL's, interpolated (-: not reached):",
+        "",
+        "| arm | tokens / TRL (median) | wall / TRL (median) | " + " | ".join(f"seed {s}" for s in args.seeds) + " |",
+        "|---" * (len(args.seeds) + 3) + "|",
+    ]
+    for arm in arms:
+        groups = groups_per_step(arm, args)
+        by_seed = {r["seed"]: ratios_to_trl(crossing(trained_only(r, groups), target[r["seed"]]), base[r["seed"]])
+                   for r in per_arm[arm] if base.get(r["seed"])}  # fmt: skip
+        medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
+        cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in args.seeds]
+        lines.append(f"| {arm} (trained groups only) | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
