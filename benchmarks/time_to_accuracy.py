@@ -101,10 +101,7 @@ for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
     ARMS[f"{arm}-empty-x2"] = ARMS[f"{arm}-empty"]  # twice the steps: about TRL's tokens
 # One group a step (8 completions): an optimizer step moves the policy about as far whatever its batch (Adam), so at
 # fixed tokens more, smaller steps on informative groups may learn more; "-screen2" tells a tie from 2 completions
-ONE_GROUP = ["--per_device_train_batch_size", "8"]
-ARMS["trl-1g"] = ONE_GROUP
-ARMS["dynamic-1g"] = [*ARMS["dynamic"], *ONE_GROUP]
-ARMS["dynamic-1g-screen2"] = [*ARMS["dynamic-1g"], "--dynamic_sampling_screen", "2"]
+ARMS["dynamic-1g-screen2"] = [*ARMS["dynamic"], "--per_device_train_batch_size", "8", "--dynamic_sampling_screen", "2"]
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
 
@@ -306,12 +303,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         "|---" * (len(args.seeds) + 3) + "|",
     ]
     base_crossing = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
-    for arm, runs in per_arm.items():
-        by_seed = {r["seed"]: ratios_to_trl(crossing(r, target[r["seed"]]), base_crossing[r["seed"]]) for r in runs
-                   if base_crossing.get(r["seed"])}  # fmt: skip
-        medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
-        cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in args.seeds]
-        lines.append(f"| {arm} | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |")
+    lines += [interpolated_row(arm, runs, base_crossing, target, args.seeds) for arm, runs in per_arm.items()]
     lines += ["", "Per seed, tokens (M) to target (-: not reached) and held-out gain (final - start):", ""]
     lines += [
         "| arm | " + " | ".join(f"seed {seed}" for seed in args.seeds) + " |",
@@ -413,6 +405,16 @@ def foresight_bound(trl_runs: list[dict], target: dict[int, float], seeds: list[
     ]
 
 
+def interpolated_row(label: str, runs: list[dict], base: dict, target: dict[int, float], seeds: list[int]) -> str:
+    """A table row: the medians of the runs' tokens and wall time to target over TRL's (``base``: TRL's ``crossing``
+    per seed), both interpolated, then the tokens ratio of each of ``seeds`` (-: not reached)."""
+    by_seed = {r["seed"]: ratios_to_trl(crossing(r, target[r["seed"]]), base[r["seed"]]) for r in runs
+               if base.get(r["seed"])}  # fmt: skip
+    medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
+    cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in seeds]
+    return f"| {label} | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |"
+
+
 def trained_only(record: dict, groups: int) -> dict:
     """A dynamic-sampling run as prompt skipping with a perfect predictor would have run it: each step's tokens and
     generation seconds scaled by the share of its generated groups that trained (``groups`` of
@@ -452,12 +454,8 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
         "|---" * (len(args.seeds) + 3) + "|",
     ]
     for arm in arms:
-        groups = groups_per_step(arm, args)
-        by_seed = {r["seed"]: ratios_to_trl(crossing(trained_only(r, groups), target[r["seed"]]), base[r["seed"]])
-                   for r in per_arm[arm] if base.get(r["seed"])}  # fmt: skip
-        medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
-        cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in args.seeds]
-        lines.append(f"| {arm} (trained groups only) | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |")
+        runs = [trained_only(r, groups_per_step(arm, args)) for r in per_arm[arm]]
+        lines.append(interpolated_row(f"{arm} (trained groups only)", runs, base, target, args.seeds))
     return lines
 
 
