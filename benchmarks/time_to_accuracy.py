@@ -159,6 +159,10 @@ class TimeToAccuracyArguments:
     report_only: bool = field(
         default=False, metadata={"help": "Report the runs already cached, run none (a study made over sessions)."}
     )
+    report_arms: list[str] = field(
+        default_factory=list,
+        metadata={"help": "With --report_only: the arms reported, those with runs (default: --arms)."},
+    )
     jobs: int = field(default=2)
     runs_dir: str = field(default="outputs/time_to_accuracy")
     table: str = field(default="docs/time_to_accuracy.md")
@@ -570,6 +574,7 @@ def main(args: TimeToAccuracyArguments) -> None:
     if not args.report_only:
         report(run_all(jobs(args), args.jobs), args, summarise, plot)
         return
+    args.arms = args.report_arms or args.arms
     records = [json.loads(Path(job[-1]).read_text()) for job in jobs(args) if Path(job[-1]).exists()]
     args.arms = [arm for arm in args.arms if any(r["arm"] == arm for r in records)]
     args.seeds = [seed for seed in args.seeds if any(r["seed"] == seed and r["arm"] == "trl" for r in records)]

@@ -2,7 +2,8 @@
 package's arms, SmolLM2-135M-Instruct (offline, ``examples/real_model.py``) with LoRA on the chat arithmetic task
 (``examples/chat_arith_task.py``), over several seeds.
 
-    python benchmarks/time_to_accuracy_real.py              # the default arms x 5 seeds; runs cached, resumable
+    python benchmarks/time_to_accuracy_real.py              # the study's arms x 5 seeds; runs cached, resumable
+    python benchmarks/time_to_accuracy_real.py --report_only true    # every arm with runs: tables and figure
     python benchmarks/time_to_accuracy_real.py --arms trl masking --seeds 0 --max_steps 20
 
 The study of ``time_to_accuracy.py`` (same arms, same rule for the target, same tables and figure) with the task's
@@ -21,11 +22,17 @@ from time_to_accuracy import TimeToAccuracyArguments, main
 
 CONFIG = "examples/configs/smollm2_chat_arith.yaml"
 TASK = yaml.safe_load((Path(__file__).resolve().parents[1] / CONFIG).read_text())  # the study's defaults come from it
+# The study, what a plain run runs: base TRL, masking, keep_failed, skipping at TRL's settings, the lead setting, and
+# TRL in that setting
 ARMS_REAL = [
+    "trl", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05",
+]  # fmt: skip
+# What --report_only shows, in this order: the study's arms and those run on some seeds to test an idea
+# (docs/studies/real_model.md says which); run one with --arms
+REPORT_ARMS_REAL = [
     "trl", "trl-lr2", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-prior",
     "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05", "skip-rate-prior-f02-mu2-x2", "trl-mu2-x2",
-    "skip-rate-prior-empty", "skip-rate-prior-empty-x2", "dynamic",
-    "dynamic-1g-screen2",
+    "skip-rate-prior-empty", "skip-rate-prior-empty-x2", "dynamic", "dynamic-1g-screen2",
 ]  # fmt: skip
 PLOT_ARMS = [
     "trl", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-rate-prior-f02-mu2-x2-lr05",
@@ -40,6 +47,10 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
     arms: list[str] = field(
         default_factory=lambda: list(ARMS_REAL),
         metadata={"help": "Arms of time_to_accuracy.py's ARMS (its --help says what each suffix sets)."},
+    )
+    report_arms: list[str] = field(
+        default_factory=lambda: list(REPORT_ARMS_REAL),
+        metadata={"help": "With --report_only: the arms reported, those with runs."},
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     learning_rate: float = field(default=TASK["learning_rate"])
