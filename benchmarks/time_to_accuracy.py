@@ -89,7 +89,7 @@ ARMS.update({f"{arm}-half": ARMS[arm] for arm in ("trl", "skip-rate-prior-f02")}
 # The learning rate times 0.5 ("-lr05") or 2 ("-lr2"), the schedule otherwise the same: is --learning_rate TRL's best,
 # and does an arm of ours learn faster at another? The target stays base TRL's at --learning_rate.
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
-for arm in ("trl", "skip-rate-prior-f02"):
+for arm in ("trl", "skip-rate-prior-f02", "keep_failed"):
     for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
         ARMS.update({f"{variant}{suffix}": ARMS[variant] for suffix in LR_SCALES})
 ARMS["skip-rate-prior-lr2"] = ARMS["skip-rate-prior"]

@@ -31,8 +31,8 @@ ARMS_REAL = [
 # (docs/studies/real_model.md says which); run one with --arms
 REPORT_ARMS_REAL = [
     "trl", "trl-lr2", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-prior",
-    "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05", "skip-rate-prior-f02-mu2-x2", "trl-mu2-x2",
-    "skip-rate-prior-empty", "skip-rate-prior-empty-x2", "dynamic", "dynamic-1g-screen2",
+    "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05", "keep_failed-mu2-x2-lr05", "skip-rate-prior-f02-mu2-x2",
+    "trl-mu2-x2", "skip-rate-prior-empty", "skip-rate-prior-empty-x2", "dynamic", "dynamic-1g-screen2",
 ]  # fmt: skip
 PLOT_ARMS = [
     "trl", "masking", "keep_failed", "skip-rate-prior", "skip-share-prior", "skip-rate-prior-f02-mu2-x2-lr05",
