@@ -89,6 +89,7 @@ ARMS.update({f"{arm}-half": ARMS[arm] for arm in ("trl", "skip-rate-prior-f02")}
 # The learning rate times 0.5 ("-lr05") or 2 ("-lr2"), the schedule otherwise the same: is --learning_rate TRL's best,
 # and does an arm of ours learn faster at another? The target stays base TRL's at --learning_rate.
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
+SETTING_SUFFIXES = ("-mu2", "-x2", "-half", *LR_SCALES)  # a run setting that TRL can be given too
 for arm in ("trl", "skip-rate-prior-f02", "keep_failed"):
     for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
         ARMS.update({f"{variant}{suffix}": ARMS[variant] for suffix in LR_SCALES})
@@ -211,12 +212,13 @@ def final_reward(record: dict) -> float:
     return statistics.fmean(reward for _, reward in record["eval"][-2:])
 
 
-def targets(records: list[dict], fraction: float) -> dict[int, float]:
-    """Per seed: the start plus ``fraction`` of base TRL's held-out gain on that seed (every arm starts alike)."""
+def targets(records: list[dict], fraction: float, baseline: str = "trl") -> dict[int, float]:
+    """Per seed: the start plus ``fraction`` of the ``baseline`` arm's held-out gain on that seed (base TRL's unless
+    named; every arm starts alike)."""
     return {
         r["seed"]: r["eval"][0][1] + fraction * (final_reward(r) - r["eval"][0][1])
         for r in records
-        if r["arm"] == "trl"
+        if r["arm"] == baseline
     }
 
 
@@ -348,6 +350,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
     lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
     lines += foresight_bound(per_arm["trl"], target, args.seeds)
     lines += perfect_predictor(per_arm, target, args)
+    lines += same_setting(per_arm, args)
     lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
     lines += ["| arm | " + " | ".join(args.levels) + " |", "|---" * (len(args.levels) + 1) + "|"]
     for arm, runs in per_arm.items():
@@ -460,6 +463,38 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
     for arm in arms:
         runs = [trained_only(r, groups_per_step(arm, args)) for r in per_arm[arm]]
         lines.append(interpolated_row(f"{arm} (trained groups only)", runs, base, target, args.seeds))
+    return lines
+
+
+def setting_twin(arm: str) -> str | None:
+    """Base TRL given ``arm``'s run setting (its -mu2, -x2, -half and learning-rate suffixes): "trl-mu2-x2-lr05" for
+    "keep_failed-mu2-x2-lr05"; None for an arm at TRL's own settings, or for TRL."""
+    setting, rest = "", arm
+    while suffix := next((s for s in SETTING_SUFFIXES if rest.endswith(s)), None):
+        setting, rest = suffix + setting, rest.removesuffix(suffix)
+    return f"trl{setting}" if setting and rest != "trl" else None
+
+
+def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
+    """Each arm against base TRL given the same run setting (``setting_twin``), where that arm has runs: per seed the
+    target is the start plus ``args.target_fraction`` of the twin's gain; tokens and wall time to it over the twin's,
+    interpolated."""
+    pairs = [(arm, setting_twin(arm)) for arm in per_arm if per_arm.get(setting_twin(arm))]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        f"Against TRL given the same run setting: per seed the target is the start plus {args.target_fraction} of "
+        "that TRL run's gain; tokens and wall time to it over that run's, interpolated (-: not reached):",
+        "",
+        "| arm / TRL in its setting | tokens (median) | wall (median) | "
+        + " | ".join(f"seed {s}" for s in args.seeds) + " |",
+        "|---" * (len(args.seeds) + 3) + "|",
+    ]  # fmt: skip
+    for arm, twin in pairs:
+        target = targets(per_arm[twin], args.target_fraction, baseline=twin)
+        base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm[twin]}
+        lines.append(interpolated_row(f"{arm} / {twin}", per_arm[arm], base, target, args.seeds))
     return lines
 
 
