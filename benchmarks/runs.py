@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import platform
 import statistics
 import sys
 import time
@@ -89,8 +91,18 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
     record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
+    record["host"] = host()
     Path(path).write_text(json.dumps(record))
     return record
+
+
+def host() -> dict:
+    """Where a run ran, to read its wall times by: the CPU model and the load averages over 1, 5 and 15 minutes at its
+    end (runs on another CPU, or beside other work, took up to twice as long a step for the same work)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return {"cpu": model or platform.processor(), "load_average": os.getloadavg()}
 
 
 def logged(entry: dict, metric: str | tuple[str, ...]):

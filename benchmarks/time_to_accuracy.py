@@ -351,6 +351,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
     lines += foresight_bound(per_arm["trl"], target, args.seeds)
     lines += perfect_predictor(per_arm, target, args)
     lines += same_setting(per_arm, args)
+    lines += speed_gauge(per_arm)
     lines += ["", "Held-out accuracy per band at the first and last evaluation (mean over seeds):", ""]
     lines += ["| arm | " + " | ".join(args.levels) + " |", "|---" * (len(args.levels) + 1) + "|"]
     for arm, runs in per_arm.items():
@@ -496,6 +497,23 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
         base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm[twin]}
         lines.append(interpolated_row(f"{arm} / {twin}", per_arm[arm], base, target, args.seeds))
     return lines
+
+
+def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:
+    """Seconds to generate one full batch (the median over a run's generation rounds), per run of each arm that
+    generates the same batch every round (no dynamic sampling, no empty slots): the same work in every run, so it
+    shows how fast the machine, and what ran beside, let each run go."""
+    rows = []
+    for arm, runs in per_arm.items():
+        if not runs or runs[0]["generated_groups"][0] is not None or any(runs[0].get("empty_slot_frac") or [None]):
+            continue
+        rounds = {r["seed"]: median([s for s in r["generation_s"] if s > 0]) for r in runs}
+        rows.append(f"| {arm} | " + ", ".join(f"{s}: {t:.1f}" for s, t in sorted(rounds.items())) + " |")
+    if not rows:
+        return []
+    header = ["", "Speed gauge: seconds to generate one batch, per seed (about the same work in every run: wall times "
+              "of runs at different gauges do not compare):", ""]  # fmt: skip
+    return [*header, "| arm | seed: s |", "|---|---|", *rows]
 
 
 def plot(records: list[dict], args: TimeToAccuracyArguments) -> None:
