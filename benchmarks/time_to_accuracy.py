@@ -305,8 +305,7 @@ def summarise(records: list[dict], args: TimeToAccuracyArguments) -> str:
         "The same ratios with each crossing interpolated between the two evaluations around it, for TRL as for the "
         "arm (tokens / TRL per seed; -: not reached):",
         "",
-        "| arm | tokens / TRL (median) | wall / TRL (median) | " + " | ".join(f"seed {s}" for s in args.seeds) + " |",
-        "|---" * (len(args.seeds) + 3) + "|",
+        *ratio_header("arm", "TRL", args.seeds),
     ]
     base_crossing = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
     lines += [interpolated_row(arm, runs, base_crossing, target, args.seeds) for arm, runs in per_arm.items()]
@@ -413,6 +412,15 @@ def foresight_bound(trl_runs: list[dict], target: dict[int, float], seeds: list[
     ]
 
 
+def ratio_header(label: str, baseline: str, seeds: list[int]) -> list[str]:
+    """The header of a table of ``interpolated_row`` rows: ``label``, the two medians over ``baseline``, each seed."""
+    return [
+        f"| {label} | tokens / {baseline} (median) | wall / {baseline} (median) | "
+        + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---" * (len(seeds) + 3) + "|",
+    ]  # fmt: skip
+
+
 def interpolated_row(label: str, runs: list[dict], base: dict, target: dict[int, float], seeds: list[int]) -> str:
     """A table row: the medians of the runs' tokens and wall time to target over TRL's (``base``: TRL's ``crossing``
     per seed), both interpolated, then the tokens ratio of each of ``seeds`` (-: not reached)."""
@@ -458,8 +466,7 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
         "perfect predictor would; its cost to target counting only the groups that trained (tokens, and wall less "
         "the generation of the dropped groups), over TRL's, interpolated (-: not reached):",
         "",
-        "| arm | tokens / TRL (median) | wall / TRL (median) | " + " | ".join(f"seed {s}" for s in args.seeds) + " |",
-        "|---" * (len(args.seeds) + 3) + "|",
+        *ratio_header("arm", "TRL", args.seeds),
     ]
     for arm in arms:
         runs = [trained_only(r, groups_per_step(arm, args)) for r in per_arm[arm]]
@@ -488,10 +495,8 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
         f"Against TRL given the same run setting: per seed the target is the start plus {args.target_fraction} of "
         "that TRL run's gain; tokens and wall time to it over that run's, interpolated (-: not reached):",
         "",
-        "| arm / TRL in its setting | tokens (median) | wall (median) | "
-        + " | ".join(f"seed {s}" for s in args.seeds) + " |",
-        "|---" * (len(args.seeds) + 3) + "|",
-    ]  # fmt: skip
+        *ratio_header("arm / TRL in its setting", "it", args.seeds),
+    ]
     for arm, twin in pairs:
         target = targets(per_arm[twin], args.target_fraction, baseline=twin)
         base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm[twin]}
