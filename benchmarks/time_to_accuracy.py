@@ -487,7 +487,7 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
     """Each arm against base TRL given the same run setting (``setting_twin``), where that arm has runs: per seed the
     target is the start plus ``args.target_fraction`` of the twin's gain; tokens and wall time to it over the twin's,
     interpolated."""
-    pairs = [(arm, setting_twin(arm)) for arm in per_arm if per_arm.get(setting_twin(arm))]
+    pairs = [(arm, twin) for arm in per_arm if per_arm.get(twin := setting_twin(arm))]
     if not pairs:
         return []
     lines = [
