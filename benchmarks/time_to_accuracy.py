@@ -510,7 +510,7 @@ def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:
     shows how fast the machine, and what ran beside, let each run go."""
     rows = []
     for arm, runs in per_arm.items():
-        if not runs or runs[0]["generated_groups"][0] is not None or any(runs[0].get("empty_slot_frac") or [None]):
+        if not runs or runs[0]["generated_groups"][0] is not None or any(runs[0].get("empty_slot_frac") or ()):
             continue
         rounds = {r["seed"]: median([s for s in r["generation_s"] if s > 0]) for r in runs}
         rows.append(f"| {arm} | " + ", ".join(f"{s}: {t:.1f}" for s, t in sorted(rounds.items())) + " |")
