@@ -25,6 +25,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from . import core
 from ._batch import GenerationBatch, PreparedPrompts, merge_extra_fields
+from ._engine import aligned_copies, before_engine_call, engine_calls, one_sleep_per_batch
 from ._exit import end_process_group_at_exit
 from ._loss import BASE_LOSS_MASK_KEY, ROLE_KEY, LossCall, loss_forward, rows_forward, select_rows
 from .config import masking_settings
@@ -74,7 +75,8 @@ class ZeroStdAdapter:
         try:
             refiller = self.zero_std.refiller
             if refiller is not None:  # dynamic sampling or prompt skipping
-                refilled = refiller.refill(inputs, self, super()._generate, self.zero_std.reward_range)
+                with one_sleep_per_batch(self._vllm_generation()):
+                    refilled = refiller.refill(inputs, self, super()._generate, self.zero_std.reward_range)
                 batch.inputs, batch.generated = refilled.rows, refilled.generated
                 batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
                 batch.empty = refilled.empty
@@ -106,13 +108,36 @@ class ZeroStdAdapter:
         if batch.preparing:
             raise PreparedPrompts(prompts)
         if batch.generated is None:  # TRL's rows, generated once
-            generated = super()._generate(prompts)
+            with one_sleep_per_batch(self._vllm_generation()):
+                generated = super()._generate(prompts)
             batch.rewards_per_func, batch.truncated = self._score_generation(batch.inputs, prompts, generated)
             batch.generated = generated
         batch.whole_old_forward = self._rejection_mode()
         if not batch.whole_old_forward:
             self._decide_plan(batch, rejected=torch.zeros_like(batch.truncated))
         return batch.generated
+
+    def _engine_calls(self, prompt_ids: list, images: list | None, multimodal_fields: dict, copies: int, decode):
+        """TRL's ``_generate_single_turn`` for a training batch, as ``decode(prompt_ids, images, multimodal_fields,
+        copies)`` calls of at most TRL's generation batch of rows, each asking vLLM's server for as many ``copies`` per
+        prompt as its gathered prompts hold aligned (``_engine.py``); a list of the calls' results, in row order.
+        HF generate with image fields (flat over images) decodes in one call."""
+        if self._generation_batch is None:
+            return [decode(prompt_ids, images, multimodal_fields, copies)]
+        most = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        calls = engine_calls(len(prompt_ids), most) if self.use_vllm or not multimodal_fields else [slice(None)]
+        server = self.use_vllm and self.vllm_mode == "server"
+        results = []
+        for rows in calls:
+            ids = prompt_ids[rows]
+            n = aligned_copies(gather_object(ids), copies) if server else copies
+            before_engine_call(self._vllm_generation())
+            results.append(decode(ids, None if images is None else images[rows], multimodal_fields, n))
+        return results
+
+    def _vllm_generation(self):
+        """TRL's ``VLLMGeneration`` of this trainer, None under HF generate."""
+        return getattr(self, "vllm_generation", None) if self.use_vllm else None
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): a training batch's rewards were scored in _generate

@@ -25,6 +25,18 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         super().__init__(*args, **kwargs)
         self._init_zero_std()
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # follows GRPOTrainer._generate_single_turn (TRL 1.16): TRL's, in the adapter's engine calls
+        def decode(ids, call_images, fields, copies):
+            return super(ZeroStdGRPOTrainer, self)._generate_single_turn(ids, call_images, fields, copies,
+                                                                         has_tool_images)  # fmt: skip
+
+        calls = self._engine_calls(prompt_ids, images, multimodal_fields, num_generations, decode)
+        if len(calls) == 1:
+            return calls[0]
+        logprobs = None if calls[0][1] is None else [row for _, part in calls for row in part]
+        return [row for part, _ in calls for row in part], logprobs
+
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         # GRPOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, tool_mask, completions,
         # sampling_per_token_logps, extra_fields, images, tool_images)

@@ -36,6 +36,19 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         super().__init__(*args, **kwargs)
         self._init_zero_std()
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields):
+        # follows RLOOTrainer._generate_single_turn (TRL 1.16): TRL's, in the adapter's engine calls; RLOO reads the
+        # completions per prompt it asks vLLM for from num_generations, so a call asking fewer sets it for that call
+        def decode(ids, call_images, fields, copies):
+            G, self.num_generations = self.num_generations, copies
+            try:
+                return super(ZeroStdRLOOTrainer, self)._generate_single_turn(ids, call_images, fields)
+            finally:
+                self.num_generations = G
+
+        calls = self._engine_calls(prompt_ids, images, multimodal_fields, self.num_generations, decode)
+        return [row for part in calls for row in part]
+
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
         # RLOOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, completions); no extra fields
         return generated[1], generated[2], {}
