@@ -6,8 +6,8 @@ vLLM cannot be installed here. TRL 1.16 reaches vLLM through three names of ``tr
 ``Engine``, and nothing else: TRL's gathering, slicing by rank, weight sync, sleep mode and logprob extraction run as
 they do on a GPU.
 
-The engine writes completions that encode their prompt: ``Engine.complete(prompt_text) -> text`` picks a completion
-(its reward), and the engine appends ``"?" + prompt`` so that a reward function can tell each row's origin
+The engine writes completions that encode their prompt: ``Engine.complete(prompt_text, i) -> text`` picks the
+completion of the ``i``-th sequence of that prompt in one generate call (its reward), and the engine appends ``"?" + prompt`` so that a reward function can tell each row's origin
 (``origin``). Weights are held as the copies TRL sent (``load_weights`` in colocate, ``update_named_params`` in
 server mode); every generate call records whether they equal the policy's at that moment, how many sequences it
 asked for and whether the engine was awake.
@@ -36,8 +36,8 @@ class GenerateCall:
 
 @dataclass
 class Engine:
-    """What both fakes share. ``complete(prompt_text) -> completion text`` (called once per sequence, in request
-    order); ``policy``: the model whose weights the engine should hold (set after the trainer is built);
+    """What both fakes share. ``complete(prompt_text, i) -> completion text`` for the ``i``-th sequence of a prompt
+    in one call; ``policy``: the model whose weights the engine should hold (set after the trainer is built);
     ``logprob``: the sampling log-prob the engine reports for every token."""
 
     tokenizer: object
@@ -65,14 +65,20 @@ class Engine:
     def sequences(self, prompt_ids: list[list[int]], n: int, max_tokens: int) -> list[list[int]]:
         """``n`` completions of each prompt, prompt-major, each ending in EOS unless cut at ``max_tokens``."""
         self.calls.append(GenerateCall(len(prompt_ids), n, self.holds_policy(), self.weights_loaded))
-        out = []
+        out, seen = [], defaultdict(int)
         for ids in prompt_ids:
             prompt = self.tokenizer.decode(ids, skip_special_tokens=True)
             for _ in range(n):
-                text = f"{self.complete(prompt)}{ORIGIN_MARK}{prompt}"
+                text = marked(self.complete(prompt, seen[prompt]), prompt)
+                seen[prompt] += 1
                 tokens = self.tokenizer(text, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
                 out.append(tokens[:max_tokens])
         return out
+
+
+def marked(text: str, prompt: str) -> str:
+    """A completion ``text`` that says it was generated for ``prompt``."""
+    return f"{text}{ORIGIN_MARK}{prompt}"
 
 
 def origin(completion: str) -> str:
@@ -194,16 +200,21 @@ def install(monkeypatch, engine: Engine) -> Engine:
     return engine
 
 
-class CyclingCompletions:
-    """``prompt -> completion text``: each prompt's texts in turn, a counter per prompt (so a group's completions do
-    not depend on how its rows are split over calls or ranks)."""
+def completions_by_index(texts: dict[str, list[str]]):
+    """``(prompt, i) -> text``: a prompt's texts in turn over its sequences in one call (a group split evenly over
+    calls or ranks gets the same completions)."""
+    return lambda prompt, i: texts[prompt][i % len(texts[prompt])]
 
-    def __init__(self, texts: dict[str, list[str]]):
-        self.texts = texts
-        self.count = defaultdict(int)
 
-    def __call__(self, prompt: str) -> str:
-        options = self.texts[prompt]
-        text = options[self.count[prompt] % len(options)]
-        self.count[prompt] += 1
-        return text
+def per_call(complete):
+    """``complete`` as TRL's ``_generate_single_turn`` stub source (``conftest.stub_generation``): ``prompts ->
+    marked completions``, the ``i``-th row of a prompt in the call getting ``complete(prompt, i)``."""
+
+    def source(prompts):
+        seen, texts = defaultdict(int), []
+        for prompt in prompts:
+            texts.append(marked(complete(prompt, seen[prompt]), prompt))
+            seen[prompt] += 1
+        return texts
+
+    return source

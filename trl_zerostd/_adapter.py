@@ -80,6 +80,7 @@ class ZeroStdAdapter:
                 batch.inputs, batch.generated = refilled.rows, refilled.generated
                 batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
                 batch.empty = refilled.empty
+                self._restore_logged_columns(refilled.logged)
                 self._log_metrics(refilled.metrics)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
@@ -155,6 +156,21 @@ class ZeroStdAdapter:
         stop_tokens = [*self.eos_token_ids, self._tokenizer.pad_token_id]
         truncated = core.truncated_rows(completion_ids, stop_tokens) & bool(self.mask_truncated_completions)
         return rewards_per_func, gather(truncated.to(self.accelerator.device)).bool()
+
+    def _take_logged_columns(self, rows: int) -> list[dict]:
+        """Per row of the ``rows`` just scored, the columns reward functions logged for it (``log_extra``), taken out
+        of TRL's pending logs: a refill puts back those of the rows that train (``_restore_logged_columns``), so TRL
+        logs each beside its own row."""
+        logged = [{} for _ in range(rows)]
+        for column, values in self._pending_extra_logs.items():
+            for row, value in zip(logged, values):
+                row[column] = value
+        self._pending_extra_logs.clear()
+        return logged
+
+    def _restore_logged_columns(self, logged: list[dict]) -> None:
+        for column in dict.fromkeys(column for row in logged for column in row):
+            self._pending_extra_logs[column] = [row.get(column) for row in logged]
 
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
         task_rewards = self._task_rewards(batch.rewards_per_func)

@@ -107,6 +107,7 @@ class BatchRefiller:
         return RefilledBatch(
             rows=[dict(batch.rows[i]) for i in local_ids],
             generated=host._join_generated([batch.records[i] for i in local_ids]),
+            logged=[batch.logged[i] for i in local_ids],
             rewards_per_func=rewards_per_func,
             truncated=batch.truncated[row_ids] & ~empty,
             empty=empty,

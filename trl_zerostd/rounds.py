@@ -37,6 +37,10 @@ class RefillHost(Protocol):
         """The inverse of ``_split_generated``."""
         ...
 
+    def _take_logged_columns(self, rows: int) -> list[dict]:
+        """Per row just scored, the columns reward functions logged for it, taken out of TRL's pending logs."""
+        ...
+
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """``(N,)`` reward that decides zero variance."""
         ...
@@ -46,16 +50,19 @@ class RefillHost(Protocol):
 class GatheredRows:
     """Rows generated in one round for one part, gathered from every rank in their part-major order (a prompt's rows
     consecutive): dataset rows, the trainer's per-row generation records, rewards ``(rows, K)``, truncation
-    ``(rows,)``."""
+    ``(rows,)``, and the columns reward functions logged for each row (``log_extra``)."""
 
     rows: list[dict]
     records: list[tuple]
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
+    logged: list[dict]
 
     def take(self, start: int, stop: int) -> GatheredRows:
         rows = slice(start, stop)
-        return GatheredRows(self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows])
+        return GatheredRows(
+            self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows], self.logged[rows]
+        )
 
     def valid(self) -> torch.Tensor:
         """``(rows,)`` bool: neither truncated nor unscorable."""
@@ -68,6 +75,7 @@ class GatheredRows:
             [record for part in parts for record in part.records],
             torch.cat([part.rewards_per_func for part in parts]),
             torch.cat([part.truncated for part in parts]),
+            [logged for part in parts for logged in part.logged],
         )
 
 
@@ -110,12 +118,13 @@ class GeneratedPool:
 
 @dataclass(frozen=True)
 class RefilledBatch:
-    """This rank's rows of the groups that train, what TRL's ``_generate`` gives for them, the gathered ``(N, K)``
-    rewards, ``(N,)`` truncation and empty slots (``skip_refill=False``: a copy of a generated group, reward NaN) of
-    the batch, and the refill's train metrics."""
+    """This rank's rows of the groups that train, what TRL's ``_generate`` gives for them and the columns reward
+    functions logged for them, the gathered ``(N, K)`` rewards, ``(N,)`` truncation and empty slots
+    (``skip_refill=False``: a copy of a generated group, reward NaN) of the batch, and the refill's train metrics."""
 
     rows: list[dict]
     generated: tuple
+    logged: list[dict]
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
     empty: torch.Tensor
@@ -137,14 +146,16 @@ def generate_round(
     prompts = host._prepared_prompts(rows)
     generated = generate(prompts)
     rewards_per_func, truncated = host._score_generation(rows, prompts, generated)
+    logged = host._take_logged_columns(len(rows))
     sizes = [len(part) for part in parts]
     order = part_major_order(sizes, world_size)
     rewards_per_func = rewards_per_func[order.to(rewards_per_func.device)]
     truncated = truncated[order.to(truncated.device)]
     gathered_rows, records = gather_object(rows), gather_object(host._split_generated(generated))
+    logged = gather_object(logged)
     order = order.tolist()
-    gathered_rows, records = [gathered_rows[i] for i in order], [records[i] for i in order]
-    gathered = GatheredRows(gathered_rows, records, rewards_per_func, truncated)
+    gathered_rows, records, logged = ([values[i] for i in order] for values in (gathered_rows, records, logged))
+    gathered = GatheredRows(gathered_rows, records, rewards_per_func, truncated, logged)
     start, result = 0, []
     for size in sizes:
         result.append(gathered.take(start, start + size * world_size))
