@@ -15,6 +15,7 @@ asked for and whether the engine was awake.
 
 from __future__ import annotations
 
+import atexit
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -109,11 +110,20 @@ class FakeLLM:
 
     def __init__(self, **kwargs):
         self.engine.llm_kwargs = kwargs
+        if kwargs.get("distributed_executor_backend") == "external_launcher" and torch.distributed.is_initialized():
+            # vLLM's external launcher builds its own groups over the trainer's and tears them down at exit
+            self.group = torch.distributed.new_group(list(range(torch.distributed.get_world_size())))
+            atexit.register(self._shutdown)
         model = SimpleNamespace(load_weights=self._load_weights)
         self.llm_engine = SimpleNamespace(
             model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model))),
             model_config=SimpleNamespace(max_model_len=kwargs.get("max_model_len") or 128),
         )
+
+    def _shutdown(self):
+        torch.distributed.barrier(group=self.group)  # fails if the trainer's group is gone
+        torch.distributed.destroy_process_group(self.group)
+        print("engine shut down", flush=True)
 
     def _load_weights(self, weights):
         for name, tensor in weights:

@@ -5,6 +5,7 @@ and only at exit. (That this removes the abort at exit of two-process runs is me
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from test_distributed import free_port
 
@@ -25,7 +26,7 @@ SCRIPT = textwrap.dedent(
     from trl_zerostd._exit import end_process_group_at_exit
     accelerator = Accelerator()
     end_process_group_at_exit(accelerator)
-    end_process_group_at_exit(accelerator)  # a second trainer registers nothing more
+    end_process_group_at_exit(Accelerator())  # a second trainer arms nothing more
     print("after train, group initialised:", dist.is_initialized())
     """
 )
@@ -41,7 +42,40 @@ def test_the_process_group_is_destroyed_at_exit_once_and_not_before():
     ]
 
 
+ENGINE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import torch.distributed as dist
+    sys.path.insert(0, {tests!r})
+    import trl_zerostd  # what a training script imports first
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{port}")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from fake_vllm import Engine, FakeLLM
+    from trl_zerostd._exit import end_process_group_at_exit
+
+    FakeLLM.engine = Engine(tokenizer=None, complete=None)
+    llm = FakeLLM(distributed_executor_backend="external_launcher")  # TRL builds the engine, then our state
+    class Accelerator:
+        def free_memory(self):
+            print("models and optimizers dropped", flush=True)
+    accelerator = Accelerator()
+    end_process_group_at_exit(accelerator)
+    print("trained", flush=True)
+    """
+)
+
+
+def test_a_colocated_engine_shuts_down_before_the_group_is_destroyed():
+    """Colocated vLLM (the stand-in's external-launcher setup) builds a group over the trainer's and tears it down
+    at exit: that runs while the trainer's group is still whole, and ours destroys the group after it."""
+    script = ENGINE_SCRIPT.format(tests=str(Path(__file__).parent), port=free_port())
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.splitlines() == ["trained", "engine shut down", "models and optimizers dropped"]
+
+
 def test_no_handler_without_a_process_group():
-    script = "from trl_zerostd import _exit; _exit.end_process_group_at_exit(object()); print(_exit._registered)"
+    script = "from trl_zerostd import _exit; _exit.end_process_group_at_exit(object()); print(_exit._armed)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.stdout.strip() == "False", done.stderr
+    assert done.stdout.strip() == "None", done.stderr

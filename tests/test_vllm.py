@@ -5,16 +5,24 @@ engine for, and the trained batch is the one TRL's HF-generate path gives for th
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import assert_grads_close, loss_and_grads, move_policy_away, rows_of, stub_generation
 from fake_vllm import Engine, answer, completions_by_index, install, origin, per_call
+from test_distributed import by_row, two_process_command
 
 DATA = ["1+1=", "2+3=", "4+4=", "3+5="]
 SUMS = {p: str(sum(int(x) for x in p.rstrip("=").split("+"))) for p in DATA}
 # "1+1=" is always right (a tied group); the others alternate right and wrong
 TEXTS = {p: [SUMS[p]] if p == "1+1=" else [SUMS[p], "9"] for p in DATA}
 VLLM = {"use_vllm": True, "max_completion_length": 8, "beta": 0.1}
+VLLM_WORKER = Path(__file__).parent / "vllm_worker.py"
+GLOBAL_BATCH = 8
 FEATURES = {
     "masking": {},
     "dynamic": {"dynamic_sampling": True},
@@ -184,3 +192,39 @@ def test_logged_columns_stand_beside_their_rows(vllm_trainer, mode):
     trainer.train()
     logged = list(trainer._logs["extra"]["origin"])
     assert len(logged) == 8 and logged == list(trainer._logs["prompt"])
+
+
+@pytest.mark.parametrize(
+    "kind,mode,feature",
+    [("grpo", "server", "screen"), ("grpo", "colocate", "dynamic_skipping"), ("rloo", "server", "dynamic")],
+)
+def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind, mode, feature):
+    """Two ranks over gloo (server: rank 0 asks the engine for every rank's rows and each takes its slice; colocate:
+    an engine per rank): every row is its own prompt's, the calls stay within TRL's sizes, and the rows, advantages
+    and parameters equal one process's."""
+    ranks = launch_vllm(tiny_model_dir, tmp_path / "dp", kind, mode, feature)
+    single = launch_vllm(tiny_model_dir, tmp_path / "single", kind, mode, feature, num_processes=1)
+    for result in ranks + single:
+        assert result["scored_rows"] == 0 or not result["foreign"], result["foreign"][:3]
+        per_rank = GLOBAL_BATCH // result["world_size"]
+        assert all(prompts * n <= per_rank * (2 if mode == "server" else 1) and current
+                   for prompts, n, current in result["calls"])  # fmt: skip
+    assert sum(result["scored_rows"] for result in ranks) > 0
+    rows, single_rows = by_row(ranks), by_row(single)
+    assert [row[:2] + row[3:] for row in rows] == [row[:2] + row[3:] for row in single_rows]
+    assert [row[2] for row in rows] == pytest.approx([row[2] for row in single_rows], abs=1e-6)  # RLOO's KL: sums
+    assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+
+
+def launch_vllm(model_dir, out_dir, kind, mode, feature, num_processes=2):
+    out_dir.mkdir()
+    script = [str(VLLM_WORKER), model_dir, str(out_dir), kind, mode, feature]
+    if num_processes == 1:
+        command = [sys.executable, *script]
+    else:
+        command = two_process_command(*script)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
+    assert len({result["checksum"] for result in results}) == 1  # the replicas stayed in sync
+    return results
