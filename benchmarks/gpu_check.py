@@ -16,9 +16,9 @@ recorded:
 
 - alignment: every row vLLM returns was generated from that row's own prompt (vLLM's ``prompt_ids``, which TRL
   discards, equal the token ids TRL sent, row by row);
-- fresh weights: every generation round comes after a weight sync in the same optimizer step (after the last round
-  too under sleep mode, which discards the weights), and in colocate mode the engine's weights equal the policy's
-  right after every sync;
+- fresh weights: every generation round comes after a weight sync in the same optimizer step, with no sleep of the
+  engine (sleep mode discards its weights) in between, and in colocate mode the engine's weights equal the policy's
+  right after every sync; under sleep mode the table shows one sync per generation batch however many rounds;
 - a micro-batch of masked rows alone (the tied prompts) gives exactly zero gradients, in bf16;
 - the run trains every step, exits with code 0, and within ``EXIT_LIMIT_S`` of ``trainer.train()`` returning.
 
@@ -135,18 +135,18 @@ def per_step_counts(events: list, kind: str) -> dict[int, int]:
     return counts
 
 
-def stale_generations(events: list, sleep_mode: bool = False) -> list[int]:
+def stale_generations(events: list) -> list[int]:
     """Indices of the ``("generate", step)`` events that ran on weights older than the policy's: no sync in the same
-    step before them, or under sleep mode (level 2 discards the weights after each round) none since the last round.
-    ``events`` are ``(kind, global_step)`` in the order they happened."""
-    last_sync_step, synced_since_round, stale = None, False, []
+    step before them, or a ``("sleep", step)`` of the engine (sleep mode, level 2: weights discarded) since the last
+    sync. ``events`` are ``(kind, global_step)`` in the order they happened."""
+    last_sync_step, discarded, stale = None, False, []
     for index, (kind, step) in enumerate(events):
         if kind == "sync":
-            last_sync_step, synced_since_round = step, True
-        elif kind == "generate":
-            if last_sync_step != step or (sleep_mode and not synced_since_round):
-                stale.append(index)
-            synced_since_round = False
+            last_sync_step, discarded = step, False
+        elif kind == "sleep":
+            discarded = True
+        elif kind == "generate" and (last_sync_step != step or discarded):
+            stale.append(index)
     return stale
 
 
@@ -184,7 +184,7 @@ def evaluate(case: Case, record: dict | None, returncode: int | None, exit_s: fl
                             f"{bad[0][1]})")  # fmt: skip
         syncs, rounds = per_step_counts(events, "sync"), per_step_counts(events, "generate")
         cells["syncs / rounds per step"] = f"{spread(syncs)} / {spread(rounds)}"
-        stale = stale_generations(events, sleep_mode=bool(case.config.get("vllm_enable_sleep_mode")))
+        stale = stale_generations(events)
         if stale:
             failures.append(f"{len(stale)} of {sum(rounds.values())} rounds generated without a sync before them")
         probes = record.get("probes", [])

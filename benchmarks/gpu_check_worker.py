@@ -108,6 +108,14 @@ class Recorder:
             return output
 
         generation.generate, generation.sync_weights = recorded_generate, recorded_sync_weights
+        if generation.mode == "colocate":  # the engine's own sleep: what the package holds until a batch ends
+            llm, sleep = generation.llm, generation.llm.sleep
+
+            def recorded_sleep(*args, **kwargs):
+                self.events.append(("sleep", trainer.state.global_step))
+                return sleep(*args, **kwargs)
+
+            llm.sleep = recorded_sleep
 
     def engine_matches_policy(self) -> bool | str:
         """Whether one trained weight in the colocated engine equals the policy's, cast to the engine's dtype (what

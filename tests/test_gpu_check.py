@@ -62,10 +62,10 @@ def test_stale_generations():
     assert stale_generations(fresh) == []
     assert stale_generations([("generate", 0)]) == [0]  # never synced
     assert stale_generations([("sync", 0), ("generate", 0), ("generate", 1)]) == [2]  # stepped, not synced
-    # sleep mode (level 2) discards the weights after each round: the second round needs its own sync
-    assert stale_generations(fresh, sleep_mode=True) == [2]
-    resynced = [("sync", 0), ("generate", 0), ("sync", 0), ("generate", 0)]
-    assert stale_generations(resynced, sleep_mode=True) == []
+    # sleep mode (level 2) discards the weights: a round after a sleep needs its own sync
+    slept = [("sync", 0), ("generate", 0), ("sleep", 0), ("generate", 0)]
+    assert stale_generations(slept) == [3]
+    assert stale_generations([*slept[:3], ("sync", 0), ("generate", 0)]) == []
 
 
 def good_record(**changes):
