@@ -136,6 +136,7 @@ def test_rounds_are_decoded_in_calls_no_larger_than_trls(vllm_trainer, mode):
 
 def test_hf_generate_decodes_in_calls_no_larger_than_trls(make_trainer):
     """HF generate (the real tiny model): no ``generate`` call holds more rows than TRL's generation batch."""
+
     def reward(prompts, **kwargs):  # "1+1=" ties its group, every other group is informative
         return [1.0 if prompt == "1+1=" else float(i % 2) for i, prompt in enumerate(prompts)]
 
