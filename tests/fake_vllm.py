@@ -8,9 +8,9 @@ they do on a GPU.
 
 The engine writes completions that encode their prompt: ``Engine.complete(prompt_text, i) -> text`` picks the
 completion of the ``i``-th sequence of that prompt in one generate call (its reward), and the engine appends
-``"?" + prompt`` so that a reward function can tell each row's origin (``origin``). Weights are held as the copies TRL sent (``load_weights`` in colocate, ``update_named_params`` in
-server mode); every generate call records whether they equal the policy's at that moment, how many sequences it
-asked for and whether the engine was awake.
+``"?" + prompt`` so that a reward function can tell each row's origin (``origin``). Weights are held as the copies
+TRL sent (``load_weights`` in colocate, ``update_named_params`` in server mode); every generate call records whether
+they equal the policy's at that moment, how many sequences it asked for and whether the engine was awake.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ def main(model_dir, out_dir, kind, mode, feature):
         trainer_cls, config_cls = OUR_CLASSES[kind]
         settings = dict(
             output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // world, num_generations=4,
-            learning_rate=1e-2, max_steps=3, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=0,
-            vllm_mode=mode, **VLLM, **FEATURES[feature],
+            learning_rate=1e-2, max_steps=3, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
+            bf16=False, seed=0, vllm_mode=mode, **VLLM, **FEATURES[feature],
         )  # fmt: skip
         if kind == "grpo":
             settings["vllm_importance_sampling_correction"] = False
