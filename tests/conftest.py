@@ -373,10 +373,12 @@ def moved_by_train(make_trainer, kind="grpo", **config):
     return moved
 
 
-def clipped_loss_metrics(make_trainer, prompts, completions):
+def clipped_loss_metrics(make_trainer, prompts, completions, **config):
     """``(base, ours)`` trainers after one loss on the same batch with TRL's loss mask limited to our trained rows
-    (first group masked): num_iterations=2 and a policy moved after generation push ratios past the clip range."""
-    base, ours = make_trainer(ours=False, beta=0.1, num_iterations=2), make_trainer(beta=0.1, num_iterations=2)
+    (first group masked): num_iterations=2 and a policy moved after generation push ratios past the clip range.
+    ``config``: more settings of both (the package's own reach ours only)."""
+    base = make_trainer(ours=False, beta=0.1, num_iterations=2, **config)
+    ours = make_trainer(beta=0.1, num_iterations=2, **config)
     ours_batch = train_batch(ours, prompts, completions)
     base_batch = train_batch(base, prompts, completions)
     base_batch["advantages"] = ours_batch["advantages"]

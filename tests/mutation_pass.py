@@ -394,7 +394,24 @@ MUTATIONS = [  # (label, file, original, mutant)
         "low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)",
         "low_high = reward_range or (0, 0)",
     ),
-    ("state: a resume under other settings adopts them", "state.py", "        if changed:\n", "        if False:\n"),
+    (
+        "state: a resume under other stateful settings adopts them",
+        "state.py",
+        "        if refused:\n",
+        "        if False:\n",
+    ),
+    (
+        "config: zero_std_kl kept with beta=0",
+        "config.py",
+        'settings.zero_std_kl != "mask" and getattr(args, "beta", None) == 0.0:',
+        'settings.zero_std_kl != "mask" and False:',
+    ),
+    (
+        "core: a group tied at the one reward seen counts as failed",
+        "core.py",
+        "    if low is not None and high - low <= zero_std_atol:\n",
+        "    if False:\n",
+    ),
     (
         "config: a streak target set under another predictor is accepted",
         "config.py",

@@ -17,6 +17,15 @@ def test_help_lists_trls_flags_and_ours(capsys):
     assert all(flag in shown for flag in flags)
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_without_a_command_exits_0_and_lists_the_commands(capsys, flag):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([flag])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert "usage: trl-zerostd" in shown and all(f"  {command} " in shown for command in ("grpo", "rloo"))
+
+
 def test_an_unknown_command_is_refused_with_the_usage():
     with pytest.raises(SystemExit, match="one of \\['grpo', 'rloo'\\]"):
         cli.main(["ppo"])

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import (
@@ -380,6 +384,27 @@ def test_clip_ratio_extremes_cover_the_trained_rows(make_trainer):
         assert ours._metrics["train"][key][-1] == base._metrics["train"][key][-1], key
 
 
+def known_limits() -> set[str]:
+    """The metric names the README's known limits give (in backticks)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    paragraph = readme[readme.index("Known limits:") :].split("\n\n")[0]
+    return set(re.findall(r"`([\w/]+)`", paragraph))
+
+
+@pytest.mark.parametrize("config", [{"loss_type": "bnpo"}, {"zero_std_kl": "keep"}], ids=["bnpo-keep", "kl-kept"])
+def test_the_known_limits_name_every_logged_token_mean_with_untrained_tokens(make_trainer, config):
+    """Under bnpo with 'keep' (the masked rows' tokens stay in TRL's mask for its normaliser) and for rows kept for
+    their KL term, TRL's logged token statistics count those rows' tokens: every metric that then differs from TRL's
+    on the trained rows alone is named in the README's known limits (entropy among them: it reads low)."""
+    base, ours = clipped_loss_metrics(make_trainer, MIXED_PROMPTS, TIED + INFORMATIVE, **config)
+    ours_metrics, base_metrics = ours._metrics["train"], base._metrics["train"]
+    differing = {
+        key for key in base_metrics if ours_metrics[key][-1] != pytest.approx(base_metrics[key][-1], rel=1e-5)
+    }
+    assert "entropy" in differing
+    assert differing <= known_limits(), differing - known_limits()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Image inputs (a vision-language processor has no pad_token_id of its own; TRL reads its tokenizer's)
 # ---------------------------------------------------------------------------------------------------------------
@@ -512,20 +537,68 @@ def test_keep_keeps_the_kl_term_of_every_tied_group(make_trainer):
     assert ours._metrics["train"]["zero_std/all_high_group_frac"][-1] == pytest.approx(1 / 3)
 
 
-def test_stalled_training_warns_once_naming_the_options(make_trainer, caplog):
-    """Three optimizer steps in a row that train no row: one warning that names the ways out."""
-    trainer = make_trainer(reward_funcs=constant_reward, max_steps=4)
+def stall_warnings(trainer, caplog) -> list[str]:
     with caplog.at_level("WARNING", logger="trl_zerostd"):
         trainer.train()
-    warnings = [r.getMessage() for r in caplog.records if "stalling" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if "stalling" in r.getMessage()]
+
+
+def logged(trainer, key) -> list[float]:
+    return [entry[key] for entry in trainer.state.log_history if key in entry]
+
+
+def right_then_wrong():
+    """Completions: the first generation batch all right (every group tied at 1), every later one all wrong (at 0)."""
+    batches = itertools.count()
+
+    def complete(prompts):
+        right = next(batches) == 0
+        return [str(sum(map(int, p.rstrip("=").split("+")))) if right else "0" for p in prompts]
+
+    return complete
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.0])
+def test_stalled_training_warns_once_naming_the_options_that_would_help(make_trainer, caplog, beta):
+    """Three optimizer steps in a row that train no row, the last on groups that all failed: one warning that names
+    the ways out; keep_failed only together with beta > 0, since with beta=0 it has no KL term to keep."""
+    trainer = stub_generation(make_trainer(max_steps=4, beta=beta), right_then_wrong())
+    warnings = stall_warnings(trainer, caplog)
     assert len(warnings) == 1
-    assert "3 optimizer steps in a row trained no row" in warnings[0]
+    assert "3 optimizer steps in a row trained no row" in warnings[0] and "all fail" in warnings[0]
     for option in ("learning_rate", "zero_std_kl='keep_failed'", "dynamic_sampling=True"):
         assert option in warnings[0]
-    fractions = [
-        e["zero_std/untrained_step_frac"] for e in trainer.state.log_history if "zero_std/untrained_step_frac" in e
-    ]
-    assert fractions == [1.0] * 4
+    assert ("beta > 0 with zero_std_kl='keep_failed'" in warnings[0]) == (beta == 0.0)
+    assert logged(trainer, "zero_std/untrained_step_frac") == [1.0] * 4
+    assert logged(trainer, "zero_std/all_low_group_frac") == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_a_constant_reward_is_not_all_low_and_its_stall_is_not_called_a_failure(make_trainer, caplog):
+    """A reward of 1.0 for every completion: the lowest reward seen is the highest, so no group failed (nor
+    succeeded) against another, keep_failed would keep nothing, and the warning says so."""
+    trainer = make_trainer(reward_funcs=constant_reward, max_steps=4)
+    warnings = stall_warnings(trainer, caplog)
+    assert logged(trainer, "zero_std/all_low_group_frac") == [0.0] * 4
+    assert logged(trainer, "zero_std/untrained_step_frac") == [1.0] * 4
+    assert len(warnings) == 1 and "keep_failed" not in warnings[0] and "all fail" not in warnings[0]
+    assert "tell completions apart" in warnings[0]
+
+
+def test_a_stall_of_truncated_rows_advises_a_longer_max_completion_length(make_trainer, caplog):
+    """Every row truncated and masked (mask_truncated_completions): keep_failed cannot help, a longer
+    max_completion_length can."""
+    trainer = stub_generation(make_trainer(max_steps=3, mask_truncated_completions=True), ["2 a|"])
+    warnings = stall_warnings(trainer, caplog)
+    assert logged(trainer, "masked/row_frac/truncated") == [1.0] * 3
+    assert len(warnings) == 1 and "max_completion_length" in warnings[0]
+    assert "keep_failed" not in warnings[0] and "all fail" not in warnings[0]
+
+
+@pytest.mark.parametrize("zero_std_kl", ["keep_failed", "keep"])
+def test_keeping_the_kl_term_with_beta_0_is_refused_naming_both(make_trainer, zero_std_kl):
+    """beta=0 (TRL's default) has no KL term: the kept rows would train nothing while their metrics say they do."""
+    with pytest.raises(ValueError, match=f"zero_std_kl='{zero_std_kl}' with beta=0"):
+        make_trainer(beta=0.0, zero_std_kl=zero_std_kl)
 
 
 def test_get_high_entropy_mask_on_a_spec_mock_is_trls():

@@ -17,6 +17,7 @@ import torch
 from datasets import Dataset
 from test_distributed import two_process_command
 
+from trl_zerostd import config
 from trl_zerostd.config import ZeroStdArguments
 from trl_zerostd.core import RowRole
 from trl_zerostd.state import SKIP_STATE_FILE, STATE_FILE, build_state
@@ -56,9 +57,15 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, t
         assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0
 
 
-def test_a_resume_with_other_settings_is_refused_and_one_with_the_same_trains_on(make_trainer, tmp_path):
-    """The checkpoint's trl_zerostd settings must be the run's: the prompt stream, skipper and stall monitor were built
-    from the run's own, so a resume under others raises, naming each setting; the same settings resume."""
+def resume_warnings(trainer, checkpoint, caplog) -> list[str]:
+    with caplog.at_level("WARNING", logger="trl_zerostd"):
+        trainer.train(resume_from_checkpoint=checkpoint)
+    return [r.getMessage() for r in caplog.records if r.name == "trl_zerostd"]
+
+
+def test_a_resume_refuses_a_changed_setting_of_an_object_with_state_naming_it(make_trainer, tmp_path, caplog):
+    """The prompt stream of dynamic sampling carries state across steps: a resume without it is refused, naming it
+    (and only it: zero_std_kl, changed too, decides only how each batch trains); the same settings resume silently."""
     run_dir = str(tmp_path / "run")
     settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True)
     make_trainer(**settings).train()
@@ -66,10 +73,63 @@ def test_a_resume_with_other_settings_is_refused_and_one_with_the_same_trains_on
     other = make_trainer(**{**settings, "max_steps": 2, "dynamic_sampling": False, "zero_std_kl": "keep_failed"})
     with pytest.raises(ValueError, match="dynamic_sampling: this run False, the checkpoint True") as refused:
         other.train(resume_from_checkpoint=checkpoint)
-    assert "zero_std_kl: this run 'keep_failed', the checkpoint 'mask'" in str(refused.value)
+    assert "zero_std_kl: this run" not in str(refused.value)
     same = make_trainer(**{**settings, "max_steps": 2})
-    same.train(resume_from_checkpoint=checkpoint)
+    assert resume_warnings(same, checkpoint, caplog) == []
     assert same.state.global_step == 2
+
+
+def test_a_resume_may_change_how_each_batch_trains_and_says_so_once(make_trainer, tmp_path, caplog):
+    """The stall advice's remedy (zero_std_kl='keep_failed') and the other settings that hold no state may change on
+    resume, with dynamic sampling and prompt skipping on; one warning names each change."""
+    run_dir = str(tmp_path / "run")
+    settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True,
+                    skip_zero_std_prompts=True)  # fmt: skip
+    make_trainer(**settings).train()
+    changed = dict(zero_std_kl="keep_failed", zero_std_normalization="exclude", skip_masked_rows=False)
+    resumed = make_trainer(**{**settings, **changed, "max_steps": 2})
+    warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
+    assert resumed.state.global_step == 2
+    assert len(warnings) == 1
+    for name, value in changed.items():
+        assert f"{name}: the checkpoint" in warnings[0] and f"this run {value!r}" in warnings[0]
+
+
+def test_a_trl_checkpoint_resumes_with_skipping_and_dynamic_sampling_starting_fresh(make_trainer, tmp_path, caplog):
+    """TRL's own checkpoint has no state of ours: the stream and the skip histories start fresh, said once."""
+    run_dir = str(tmp_path / "run")
+    make_trainer(ours=False, output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1).train()
+    resumed = make_trainer(max_steps=2, dynamic_sampling=True, skip_zero_std_prompts=True)
+    warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
+    assert resumed.state.global_step == 2
+    assert len(warnings) == 1 and "dynamic_sampling and skip_zero_std_prompts start fresh" in warnings[0]
+
+
+def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_path):
+    """Each field is classified: a per-batch one loads with a notice naming it, any other is refused naming it."""
+    base = dict(dynamic_sampling=True, skip_zero_std_prompts=True, skip_predictor="streak")
+    other_values = {
+        "mask_zero_std_groups": False, "zero_std_atol": 0.5, "zero_std_normalization": "exclude",
+        "exclude_masked_from_baseline": False, "skip_masked_rows": False, "zero_std_kl": "keep_failed",
+        "dynamic_sampling": False, "dynamic_sampling_max_rounds": 3, "dynamic_sampling_on_cap": "error",
+        "dynamic_sampling_screen": 2, "skip_zero_std_prompts": False, "skip_refill": False,
+        "skip_predictor": "success_rate", "skip_target_zero_std_frac": 0.5, "skip_min_draw_prob": 0.1,
+        "skip_history_key": "level", "skip_prior_key": "level",
+    }  # fmt: skip
+    assert set(other_values) == set(config.ZERO_STD_FIELDS)
+    built(**base).save(str(tmp_path))
+    for name, value in other_values.items():
+        state = built(**{**base, name: value})
+        if name in config.PER_BATCH_FIELDS:
+            (notice,) = state.load(str(tmp_path))
+            assert notice.count(": the checkpoint") == 1 and f"{name}: the checkpoint" in notice
+        else:
+            with pytest.raises(ValueError, match=f"settings of objects that carry state.*{name}: this run"):
+                state.load(str(tmp_path))
+    assert set(config.PER_BATCH_FIELDS) == {
+        "mask_zero_std_groups", "zero_std_atol", "zero_std_normalization", "exclude_masked_from_baseline",
+        "skip_masked_rows", "zero_std_kl",
+    }  # fmt: skip
 
 
 def built(**settings):

@@ -208,7 +208,8 @@ class ZeroStdAdapter:
         self._replace_logged_advantages(advantages)
         metrics = core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl)
         self._log_metrics(metrics)
-        self._warn_once(self.zero_std.stall_monitor.observe_batch(metrics["zero_std/all_low_group_frac"]))
+        low, high = metrics["zero_std/all_low_group_frac"], metrics["zero_std/all_high_group_frac"]
+        self._warn_once(self.zero_std.stall_monitor.observe_batch(low, high, metrics["masked/row_frac/truncated"]))
         return output
 
     # -- forwards and loss ------------------------------------------------------------------------------------
@@ -280,7 +281,8 @@ class ZeroStdAdapter:
         # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint and self.zero_std is not None:
-            self.zero_std.load(checkpoint)
+            for notice in self.zero_std.load(checkpoint):
+                self._warn_once(notice)
 
     # -- helpers ----------------------------------------------------------------------------------------------
 

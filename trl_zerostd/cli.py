@@ -26,6 +26,9 @@ COMMANDS = {
     "rloo": ("trl.scripts.rloo", "RLOOScriptArguments", "RLOOTrainer", ZeroStdRLOOConfig, ZeroStdRLOOTrainer),
 }
 USAGE = "usage: trl-zerostd {grpo,rloo} [--help] [--config CONFIG.yaml] [TRL's and trl_zerostd's flags]"
+HELP = "\n".join(
+    f"  {command}    TRL's `trl {command}` with {trainer.__name__}" for command, (*_, trainer) in COMMANDS.items()
+)
 
 
 @contextmanager
@@ -42,6 +45,9 @@ def trainer_named(name: str, trainer_cls: type):
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default ``sys.argv[1:]``): a command, then its flags; train."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):  # asked for, so not an error: exit 0, as `trl --help` does
+        print(f"{USAGE}\n\ncommands:\n{HELP}\n\n`trl-zerostd COMMAND --help` lists the flags of a command.")
+        raise SystemExit(0)
     if not argv or argv[0] not in COMMANDS:
         raise SystemExit(f"{USAGE}\ntrl-zerostd: the first argument must be one of {sorted(COMMANDS)}.")
     command, *flags = argv

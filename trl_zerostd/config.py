@@ -148,6 +148,14 @@ class ZeroStdArguments:
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
+# Fields that decide only how each batch trains (what it masks, the normalisers, the KL choice, which rows are
+# forwarded): no object carries them across steps, so a resume may change them. Every other field configures an
+# object with state (the prompt stream, the refill, the skipper and its histories) and may not change on resume.
+PER_BATCH_FIELDS = (
+    "mask_zero_std_groups", "zero_std_atol", "zero_std_normalization", "exclude_masked_from_baseline",
+    "skip_masked_rows", "zero_std_kl",
+)  # fmt: skip
+STATEFUL_FIELDS = tuple(name for name in ZERO_STD_FIELDS if name not in PER_BATCH_FIELDS)
 
 
 def masking_settings(args) -> ZeroStdArguments:
@@ -241,6 +249,12 @@ def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:
         raise ValueError(
             f"zero_std_kl={settings.zero_std_kl!r} applies to GRPO's KL loss term; RLOO folds beta * KL into the "
             "reward before its baseline, so a tied group has no KL term of its own to keep. Use zero_std_kl='mask'."
+        )
+    if kind == "grpo" and settings.zero_std_kl != "mask" and getattr(args, "beta", None) == 0.0:
+        raise ValueError(
+            f"zero_std_kl={settings.zero_std_kl!r} with beta=0 (TRL's GRPO default): it keeps the KL term of tied "
+            "groups, and with beta=0 there is none, so those rows would train nothing. Set beta > 0 (e.g. 0.04), or "
+            "leave zero_std_kl='mask'."
         )
     # TRL's adaptive-entropy controller reads the mean entropy over the loss mask; rows in that mask without a
     # policy term would enter it (rule 3) unless top_entropy_quantile < 1, whose quantile we take over trained rows.

@@ -202,7 +202,8 @@ def decide_row_plan(
 
     Truncated, unscorable and rejected rows are invalid. A group is zero-variance over its valid rows; its valid
     rows are masked with reason ``zero_std``. ``zero_std_kl`` keeps the KL term of the zero-variance rows tied at the
-    low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them.
+    low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them; while the
+    range is one level (a constant reward so far), no group is low- or high-tied.
     ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
     statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``). ``empty`` marks the
     whole groups that stand in for prompts skipped and never generated (``skip_refill=False``): in no group count and
@@ -216,6 +217,8 @@ def decide_row_plan(
     else:
         zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=valid.device)
     low, high = reward_range if reward_range is not None else (None, None)
+    if low is not None and high - low <= zero_std_atol:
+        low = high = None  # one level seen: a group tied at it has neither failed nor succeeded against another
     low_tied = zero_groups & tied_groups(task_rewards, valid, num_generations, zero_std_atol, low)
     high_tied = zero_groups & ~low_tied & tied_groups(task_rewards, valid, num_generations, zero_std_atol, high)
     zero_std = expand_groups(zero_groups, num_generations) & valid

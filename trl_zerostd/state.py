@@ -5,10 +5,12 @@ skipper). ``build_state`` is the one place that turns settings into objects: the
 exists, and no code reads those two switches again; the refill reads its own mode (dynamic sampling, its screen)
 from the settings it holds.
 
-A checkpoint carries ``trl_zerostd.json``: the settings (a resume under other settings is refused, naming each) and
-the running state (reward range, stall monitor, the stream's place, the refill's decayed group counts), and with
-prompt skipping ``trl_zerostd_prompt_skip.pt``: the skipper's tensors (two bytes a dataset row and the predictor's,
-too large for JSON).
+A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
+stream's place, the refill's decayed group counts), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
+skipper's tensors (two bytes a dataset row and the predictor's, too large for JSON). On resume, a setting that
+configures an object with state (``config.STATEFUL_FIELDS``) must be the checkpoint's, or the state would not fit the
+object; one that decides only how each batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is
+reported. A checkpoint without the file (TRL's own) leaves the state as built: the stream and skipper start fresh.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 from datasets import IterableDataset
 
 from . import core
-from .config import ZeroStdArguments, check_compatible
+from .config import PER_BATCH_FIELDS, ZeroStdArguments, check_compatible
 from .monitor import StallMonitor, stall_advice
 from .refill import BatchRefiller
 from .sampling import STREAM_SEED_OFFSET, PromptStream, RowStream
@@ -86,21 +89,30 @@ class ZeroStdState:
             **refill,
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        # The refill, skipper and stall monitor were built from this run's settings and checked against its TRL
-        # config: a checkpoint made under other settings cannot be restored into them.
+    def load_state_dict(self, state: dict) -> str | None:
+        """Restore ``state`` (``state_dict``'s); returns a notice naming the per-batch settings that changed, if any.
+        A changed setting of an object with state is refused, naming each: that object was built from this run's
+        settings and the checkpoint's state would not fit it."""
         saved = asdict(ZeroStdArguments(**state["settings"]))
-        changed = [f"{k}: this run {getattr(self.settings, k)!r}, the checkpoint {v!r}"
-                   for k, v in saved.items() if getattr(self.settings, k) != v]  # fmt: skip
-        if changed:
+        changed = {k: (getattr(self.settings, k), v) for k, v in saved.items() if getattr(self.settings, k) != v}
+        refused = [f"{k}: this run {now!r}, the checkpoint {then!r}"
+                   for k, (now, then) in changed.items() if k not in PER_BATCH_FIELDS]  # fmt: skip
+        if refused:
             raise ValueError(
-                "Resuming from a checkpoint made with other trl_zerostd settings: " + "; ".join(changed) + ". Resume "
-                "with the checkpoint's settings, or start a new run (its state would not match these settings)."
+                "Resuming from a checkpoint made with other trl_zerostd settings of objects that carry state across "
+                "steps (the prompt stream, dynamic sampling's refill, prompt skipping's histories): "
+                + "; ".join(refused)
+                + ". Resume with the checkpoint's values of these, or start a new run. Only "
+                f"the settings that decide how each batch trains may change on resume: {', '.join(PER_BATCH_FIELDS)}."
             )
         self.reward_range = tuple(state["reward_range"]) if state["reward_range"] is not None else None
         self.stall_monitor.load_state_dict(state["stall_monitor"])
         if self.refiller is not None and state.get("prompt_stream") is not None:
             self.refiller.load_state_dict(state)
+        if not changed:
+            return None
+        changes = "; ".join(f"{k}: the checkpoint {then!r}, this run {now!r}" for k, (now, then) in changed.items())
+        return f"trl_zerostd: resuming with settings that decide only how each batch trains changed: {changes}."
 
     def save(self, folder: str) -> None:
         with open(os.path.join(folder, STATE_FILE), "w") as f:
@@ -108,15 +120,30 @@ class ZeroStdState:
         if self.skipper is not None:
             torch.save(self.skipper.state_dict(), os.path.join(folder, SKIP_STATE_FILE))
 
-    def load(self, folder: str) -> None:
-        """Restore what ``save`` wrote into ``folder`` (a checkpoint without it, TRL's own, leaves the state)."""
+    def load(self, folder: str) -> list[str]:
+        """Restore what ``save`` wrote into ``folder``; returns the notices to log once: the per-batch settings that
+        changed, or, for a checkpoint without the state (TRL's own) with dynamic sampling or prompt skipping on, that
+        their state starts fresh."""
         path = os.path.join(folder, STATE_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                self.load_state_dict(json.load(f))
+        if not os.path.exists(path):
+            if self.refiller is None:
+                return []
+            on = {
+                "dynamic_sampling": self.settings.dynamic_sampling,
+                "skip_zero_std_prompts": self.skipper is not None,
+            }
+            features = " and ".join(name for name, is_on in on.items() if is_on)
+            return [
+                f"trl_zerostd: the checkpoint {folder} has no {STATE_FILE} (a checkpoint of TRL's own trainer): "
+                f"{features} start fresh (a new prompt stream, no skip history), and so do the reward "
+                "range and the stall monitor."
+            ]
+        with open(path) as f:
+            notice = self.load_state_dict(json.load(f))
         skip_state = os.path.join(folder, SKIP_STATE_FILE)
         if self.skipper is not None and os.path.exists(skip_state):
             self.skipper.load_state_dict(torch.load(skip_state))
+        return [notice] if notice else []
 
 
 def build_state(
@@ -134,7 +161,11 @@ def build_state(
     dynamic sampling or prompt skipping, the refill over ``train_dataset``, whose dataset-dependent settings are
     checked here (a ValueError names the setting at fault)."""
     check_compatible(settings, trl_args, trainer_kind)
-    monitor = StallMonitor(advice=stall_advice(settings.zero_std_kl, settings.dynamic_sampling))
+    advice = partial(
+        stall_advice, zero_std_kl=settings.zero_std_kl, dynamic_sampling=settings.dynamic_sampling,
+        beta=getattr(trl_args, "beta", 0.0), kind=trainer_kind,
+    )  # fmt: skip
+    monitor = StallMonitor(advice=advice)
     refiller = None
     if settings.dynamic_sampling or settings.skip_zero_std_prompts:
         stream, skipper = prompt_source(
