@@ -166,8 +166,8 @@ class TimeToAccuracyArguments:
     )
     jobs: int = field(default=2)
     runs_dir: str = field(default="outputs/time_to_accuracy")
-    table: str = field(default="docs/time_to_accuracy.md")
-    plot: str = field(default="docs/time_to_accuracy.png")
+    table: str = field(default="docs/results/time_to_accuracy/time_to_accuracy.md")
+    plot: str = field(default="docs/results/time_to_accuracy/time_to_accuracy.png")
 
 
 def eval_points(record: dict) -> list[tuple[int, float, float, float, float]]:
