@@ -81,7 +81,7 @@ class SkipPrecisionArguments:
 
 
 def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
-    states = BINS if "success_rate" in ARMS[args.arm] else STATES
+    states = BINS if "success_rate" in ARMS[args.arm].flags else STATES
     what = "predicted probability of an informative group" if states == BINS else "skip history"
     lines = [
         f"`{args.arm}`: each generated group by its prompt's {what} when drawn; the share of them that were "
