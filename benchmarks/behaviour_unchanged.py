@@ -4,10 +4,10 @@ SHA-256 of the final parameters; ``--compare`` checks two such records for equal
 
     # before the change (a worktree of the old commit, this file copied into its benchmarks/):
     PYTHONPATH=/tmp/before /work/main/.venv/bin/python /tmp/before/benchmarks/behaviour_unchanged.py \
-        --out docs/studies/behaviour_before.json
-    python benchmarks/behaviour_unchanged.py --out docs/studies/behaviour_after.json      # after it
-    python benchmarks/behaviour_unchanged.py --compare docs/studies/behaviour_before.json \
-        docs/studies/behaviour_after.json
+        --out docs/results/behaviour_unchanged/before.json
+    python benchmarks/behaviour_unchanged.py --out docs/results/behaviour_unchanged/after.json      # after it
+    python benchmarks/behaviour_unchanged.py --compare docs/results/behaviour_unchanged/before.json \
+        docs/results/behaviour_unchanged/after.json
 
 Each run trains in a fresh process (the seed fixes everything on CPU), two at a time.
 """

@@ -3,8 +3,9 @@
     python benchmarks/dynamic_sampling.py                       # f in {0, 0.25, 0.5, 0.75}, 3 arms, in one run
     python benchmarks/dynamic_sampling.py --fractions 0.5 --steps 4 --repeats 1
     python benchmarks/dynamic_sampling.py --model_name_or_path outputs/smollm2-135m-instruct \
-        --fractions 0.5 --steps 3 --warmup 1 --repeats 1 --threads 2 --json docs/dynamic_sampling_smollm2.json \
-        --plot docs/dynamic_sampling_smollm2.png          # the real model (examples/real_model.py)
+        --fractions 0.5 --steps 3 --warmup 1 --repeats 1 --threads 2 \
+        --json docs/results/dynamic_sampling/dynamic_sampling_smollm2.json \
+        --plot docs/results/dynamic_sampling/dynamic_sampling_smollm2.png     # the real model (examples/real_model.py)
 
 A reward ties a chosen share f of the prompts (always 1.0: zero-variance groups) and scores the others by the parity of
 the first character of the completion (a random model's groups of 8 are then informative). Each arm trains ``steps``
@@ -59,9 +60,9 @@ class DynamicBenchArguments:
         },
     )
     seed: int = field(default=0)
-    json: str = field(default="docs/dynamic_sampling.json")
+    json: str = field(default="docs/results/dynamic_sampling/dynamic_sampling.json")
     from_json: bool = field(default=False, metadata={"help": "Only redraw the table and plot from --json."})
-    plot: str | None = field(default="docs/dynamic_sampling.png")
+    plot: str | None = field(default="docs/results/dynamic_sampling/dynamic_sampling.png")
 
 
 def tied_share_reward(fraction: float):

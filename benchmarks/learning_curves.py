@@ -36,8 +36,8 @@ class CurveArguments:
     jobs: int = field(default=2)
     threshold: float = field(default=0.8, metadata={"help": "Reward (20-step moving average) to time each arm to."})
     runs_dir: str = field(default="outputs/learning_curves")
-    table: str = field(default="docs/learning_curves.md")
-    plot: str = field(default="docs/learning_curves.png")
+    table: str = field(default="docs/results/learning_curves/learning_curves.md")
+    plot: str = field(default="docs/results/learning_curves/learning_curves.png")
 
 
 def cumulative(values: list[float | None]) -> list[float]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 @dataclass
 class LevelMixArguments:
-    runs_dir: str = field(default="docs/time_to_accuracy_real/runs")
+    runs_dir: str = field(default="docs/results/time_to_accuracy_real/runs")
     arms: list[str] = field(default_factory=lambda: ["trl", "masking", "skip-rate-prior"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     prefix: str = field(default="level", metadata={"help": "The task's metric prefix: level (chat_arith), spread."})

@@ -45,8 +45,8 @@ class SkipArguments:
     jobs: int = field(default=2)
     threshold: float = field(default=0.8, metadata={"help": "Eval reward to time each arm to."})
     runs_dir: str = field(default="outputs/prompt_skipping")
-    table: str = field(default="docs/prompt_skipping.md")
-    plot: str = field(default="docs/prompt_skipping.png")
+    table: str = field(default="docs/results/prompt_skipping/prompt_skipping.md")
+    plot: str = field(default="docs/results/prompt_skipping/prompt_skipping.png")
 
 
 def informative_trained(record: dict) -> float:

@@ -189,7 +189,7 @@ class SkipCeilingArguments:
         default="outputs/time_to_accuracy", metadata={"help": "The benchmark's cached runs, to compare with."}
     )
     jobs: int = field(default=2)
-    table: str = field(default="docs/skip_ceiling.md")
+    table: str = field(default="docs/results/skip_ceiling/skip_ceiling.md")
 
 
 def summarise(records: list[dict], args: SkipCeilingArguments) -> str:

@@ -1,7 +1,8 @@
 """Masked rows cost no compute: base ``GRPOTrainer`` against ``ZeroStdGRPOTrainer`` on identical stubbed batches, in
 one run, at several fractions f of zero-variance groups.
 
-    python benchmarks/skip_compute.py --json docs/bench.json --plot docs/bench.png
+    python benchmarks/skip_compute.py --json docs/results/skip_compute/bench.json \
+        --plot docs/results/skip_compute/bench.png
     python benchmarks/skip_compute.py --fractions 0 0.5 --repeats 3               # quicker
     python benchmarks/skip_compute.py --model_name_or_path Qwen/Qwen2.5-0.5B      # a real model (hub or local path)
 

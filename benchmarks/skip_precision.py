@@ -5,7 +5,8 @@ all-low / all-high. The success-rate predictor (``skip_predictor="success_rate"`
 the group is informative, in bins of 0.2 (a calibrated predictor's bins hold about their own share).
 
     python benchmarks/skip_precision.py                              # skip-prior, seeds 3 and 6, 2 runs at a time
-    python benchmarks/skip_precision.py --arm skip-rate-prior-f02 --table docs/skip_precision_rate.md
+    python benchmarks/skip_precision.py --arm skip-rate-prior-f02 \
+        --table docs/results/skip_precision/skip_precision_rate.md
 
 Prompt skipping draws a prompt whose last group was informative (or that was never drawn) always, and skips one
 whose last groups were zero-variance; it can only save tokens as far as that history tells the two apart. Each run
@@ -76,11 +77,11 @@ class SkipPrecisionArguments:
         default="outputs/time_to_accuracy", metadata={"help": "The benchmark's cached runs, to compare with."}
     )
     jobs: int = field(default=2)
-    table: str = field(default="docs/skip_precision.md")
+    table: str = field(default="docs/results/skip_precision/skip_precision.md")
 
 
 def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
-    states = BINS if "success_rate" in ARMS[args.arm] else STATES
+    states = BINS if "success_rate" in ARMS[args.arm].flags else STATES
     what = "predicted probability of an informative group" if states == BINS else "skip history"
     lines = [
         f"`{args.arm}`: each generated group by its prompt's {what} when drawn; the share of them that were "

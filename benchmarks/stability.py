@@ -6,8 +6,9 @@ completions, beta 0.04, dapo, warm start), changing only the learning rate and t
     python benchmarks/stability.py                                   # 4 arms x 3 lrs x 5 seeds, 2 runs at a time
     python benchmarks/stability.py --seeds 0 1 2 --learning_rates 3e-3 --arms trl keep_failed
 
-Writes one JSON per run to --runs_dir (a run already there is not run again), then docs/stability.md (the table)
-and docs/stability.png (mean reward curves). Collapsed: mean reward of the last 20 steps below --collapse_below.
+Writes one JSON per run to --runs_dir (a run already there is not run again), then
+docs/results/stability/stability.md (the table) and docs/results/stability/stability.png (mean reward curves).
+Collapsed: mean reward of the last 20 steps below --collapse_below.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class StudyArguments:
     max_steps: int = field(default=300, metadata={"help": "Steps per run (the main job's default)."})
     jobs: int = field(default=2, metadata={"help": "Runs at a time (each on one CPU thread)."})
     runs_dir: str = field(default="outputs/stability", metadata={"help": "One JSON per run; existing ones reused."})
-    table: str = field(default="docs/stability.md")
-    plot: str = field(default="docs/stability.png")
+    table: str = field(default="docs/results/stability/stability.md")
+    plot: str = field(default="docs/results/stability/stability.png")
     collapse_below: float = field(default=0.4, metadata={"help": "Final reward under which a run collapsed."})
 
 

@@ -68,9 +68,9 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
     num_generations: int = field(default=TASK["num_generations"])
     eval_batch_size: int = field(default=TASK["per_device_eval_batch_size"])
     title: str = field(default="SmolLM2-135M-Instruct, LoRA, chat arithmetic")
-    runs_dir: str = field(default="docs/time_to_accuracy_real/runs")
-    table: str = field(default="docs/time_to_accuracy_real/table.md")
-    plot: str = field(default="docs/time_to_accuracy_real/curves.png")
+    runs_dir: str = field(default="docs/results/time_to_accuracy_real/runs")
+    table: str = field(default="docs/results/time_to_accuracy_real/table.md")
+    plot: str = field(default="docs/results/time_to_accuracy_real/curves.png")
 
 
 if __name__ == "__main__":

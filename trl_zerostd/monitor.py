@@ -1,5 +1,6 @@
 """Seeing a stall coming: masked zero-variance groups put no gradient, so a policy whose groups all fail together
-gets no pull back toward the reference and can stay there (docs/stability.md). Pure Python: no trainer import."""
+gets no pull back toward the reference and can stay there (docs/studies/stability.md). Pure Python: no trainer
+import."""
 
 from __future__ import annotations
 

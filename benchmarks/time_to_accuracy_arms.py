@@ -1,0 +1,127 @@
+"""The arms of ``time_to_accuracy.py``, as data: each an ``Arm`` with its flags and its run setting, in ``ARMS`` by
+name. An arm's name is only its label: what the study reads of an arm (its flags, trainer, steps, learning rate, the
+TRL run at its setting) is in its fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+DIFFICULTY = "<difficulty column>"  # stands for the study's --difficulty_column among an arm's flags
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A study arm: the flags its runs add to the task's and the main job's defaults.
+
+    ``trl``: it trains TRL's own GRPOTrainer (base TRL, the package's flags dropped). ``setting``: its run-setting
+    suffixes, a setting base TRL can be given too ("-mu2", "-x2", "-half", "-lr05", "-lr2", in the name's order);
+    ``steps``: how many times max_steps it runs; ``lr_scale``: the factor on --learning_rate."""
+
+    name: str
+    flags: tuple[str, ...] = ()
+    trl: bool = False
+    setting: str = ""
+    steps: float = 1.0
+    lr_scale: float = 1.0
+
+    def value(self, flag: str, default: int) -> int:
+        """The integer value of ``flag`` among the arm's flags, ``default`` where it does not set it."""
+        return int(self.flags[self.flags.index(flag) + 1]) if flag in self.flags else default
+
+    @property
+    def iterations(self) -> int:
+        """Optimizer steps each generation batch trains: the arm's --num_iterations (TRL's default 1)."""
+        return self.value("--num_iterations", 1)
+
+    @property
+    def twin(self) -> str | None:
+        """Base TRL given the arm's run setting: "trl-mu2-x2-lr05" for "keep_failed-mu2-x2-lr05"; None for an arm
+        at TRL's own settings, or for TRL."""
+        return f"trl{self.setting}" if self.setting and not self.trl else None
+
+    def variant(self, suffix: str, *flags: str, setting: bool = False, steps: float = 0.0, lr_scale: float = 0.0):
+        """The arm with ``suffix`` on its name and ``flags`` after its own; ``setting``: the suffix is a run setting
+        (``steps`` and ``lr_scale``, where given, replace the arm's)."""
+        return replace(
+            self, name=self.name + suffix, flags=(*self.flags, *flags),
+            setting=self.setting + suffix if setting else self.setting,
+            steps=steps or self.steps, lr_scale=lr_scale or self.lr_scale,
+        )  # fmt: skip
+
+    def with_predictor(self, name: str, predictor: str) -> Arm:
+        """The arm named ``name`` with ``--skip_predictor`` set to ``predictor`` instead of its own."""
+        at = self.flags.index("--skip_predictor") + 1
+        return replace(self, name=name, flags=(*self.flags[:at], predictor, *self.flags[at + 1 :]))
+
+
+SKIP = ("--skip_zero_std_prompts", "true", "--skip_predictor", "streak")  # GRESO's streak, the "-rate" arms' baseline
+DYNAMIC = ("--dynamic_sampling", "true")
+BAND = ("--skip_history_key", DIFFICULTY)  # one skip history per difficulty band (the task's difficulty column)
+PRIOR = ("--skip_prior_key", DIFFICULTY)  # a prior by difficulty band for prompts never drawn
+HALF_BATCH = ("--per_device_train_batch_size", "64")  # 8 groups a step instead of 16
+ZERO_TARGET = ("--skip_target_zero_std_frac", "0")  # skip as much as the floor allows
+LOW_FLOOR = ("--skip_min_draw_prob", "0.02")  # a prompt predicted zero-variance is drawn 1 time in 50, not 1 in 20
+KEEP_FAILED = ("--zero_std_kl", "keep_failed")
+REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
+EMPTY = ("--skip_refill", "false")  # a skipped prompt's place stays an empty slot
+LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
+SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
+ARMS: dict[str, Arm] = {}
+
+
+def add(*arms: Arm) -> None:
+    ARMS.update({arm.name: arm for arm in arms})
+
+
+add(
+    Arm("trl", trl=True), Arm("masking"), Arm("keep_failed", KEEP_FAILED), Arm("dynamic", DYNAMIC), Arm("skip", SKIP),
+    Arm("dynamic+skip", (*DYNAMIC, *SKIP)), Arm("skip-band", (*SKIP, *BAND)),
+    Arm("dynamic+skip-band", (*DYNAMIC, *SKIP, *BAND)),
+)  # fmt: skip
+add(*(ARMS[arm].variant("-prior", *PRIOR) for arm in ("skip", "dynamic+skip")))
+add(*(arm.variant("-8g", *HALF_BATCH) for arm in list(ARMS.values())))
+add(*(ARMS[arm].variant("-t0", *ZERO_TARGET) for arm in ("skip", "dynamic+skip", "skip-prior")))
+add(ARMS["skip-prior-t0"].variant("-f02", *LOW_FLOOR))
+# The predictor: a success rate per prompt ("-rate"), a level's informative share ("-share"), not the streak
+add(ARMS["skip"].with_predictor("skip-rate", "success_rate"))
+add(ARMS["skip-prior"].with_predictor("skip-rate-prior", "success_rate"))
+add(ARMS["skip-rate-prior"].variant("-f02", *LOW_FLOOR))
+add(ARMS["skip-prior"].with_predictor("skip-share-prior", "informative_share"))
+add(ARMS["dynamic+skip-t0"].variant("-8g", *HALF_BATCH))
+add(ARMS["dynamic+skip"].variant("-6g", "--per_device_train_batch_size", "48"))  # 6 groups a step
+for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ
+    SCREEN = ("--dynamic_sampling_screen", str(screen))
+    add(*(ARMS[arm].variant(f"-screen{screen}", *SCREEN) for arm in SCREENED))
+    add(ARMS["dynamic"].variant(f"-screen{screen}", *SCREEN))  # the task's batch
+# Each generation batch trains two optimizer steps, the second with PPO's clipped ratio to the policy that generated
+# it. "-mu2" keeps the 300 optimizer steps and their learning-rate schedule (what a TRL user gets by setting it: half
+# the generation batches); "-mu2-x2" runs twice the steps, so that it generates as many batches as the others. Every
+# arm is evaluated every eval_steps generation batches.
+for arm in ("trl", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02"):
+    add(mu2 := ARMS[arm].variant("-mu2", *REUSE, setting=True))
+    add(mu2.variant("-x2", setting=True, steps=2.0))
+# Half the steps: the learning rate decays over 150 generation batches, as under "-mu2", without the second pass
+add(*(ARMS[arm].variant("-half", setting=True, steps=0.5) for arm in ("trl", "skip-rate-prior-f02")))
+# The learning rate times 0.5 ("-lr05") or 2 ("-lr2"), the schedule otherwise the same: is --learning_rate TRL's best,
+# and does an arm of ours learn faster at another? The target stays base TRL's at --learning_rate.
+for arm in ("trl", "skip-rate-prior-f02", "keep_failed"):
+    for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
+        add(*(ARMS[variant].variant(suffix, setting=True, lr_scale=scale) for suffix, scale in LR_SCALES.items()))
+add(ARMS["skip-rate-prior"].variant("-lr2", setting=True, lr_scale=2.0))
+# An empty slot instead of the next prompt drawn: a step costs fewer tokens; "-x2": twice the steps, about TRL's tokens
+for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
+    add(empty := ARMS[arm].variant("-empty", *EMPTY), ARMS[arm].variant("-empty-kf", *EMPTY, *KEEP_FAILED))
+    add(empty.variant("-x2", setting=True, steps=2.0))
+# One group a step (8 completions): an optimizer step moves the policy about as far whatever its batch (Adam), so at
+# fixed tokens more, smaller steps on informative groups may learn more; "-screen2" tells a tie from 2 completions
+add(ARMS["dynamic"].variant("-1g-screen2", "--per_device_train_batch_size", "8", "--dynamic_sampling_screen", "2"))
+
+
+def arm_flags(arm: str, args) -> list[str]:
+    """The arm's flags, its difficulty column named (``args.difficulty_column``)."""
+    return [args.difficulty_column if flag == DIFFICULTY else flag for flag in ARMS[arm].flags]
+
+
+def groups_per_step(arm: str, args) -> int:
+    """Groups a step trains: the study's completions a step (or the arm's --per_device_train_batch_size) over G."""
+    return ARMS[arm].value("--per_device_train_batch_size", args.completions_per_step) // args.num_generations
