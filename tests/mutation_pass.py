@@ -143,15 +143,15 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "adapter: truncation masked without mask_truncated_completions",
-        "_adapter.py",
+        "_generation.py",
         "& bool(self.mask_truncated_completions)",
         "",
     ),
     (
         "adapter: the completions table keeps TRL's advantages",
-        "_adapter.py",
-        "        logged.extend(advantages.tolist())\n",
-        "        pass\n",
+        "_trl.py",
+        "    logged.extend(advantages.tolist())\n",
+        "    pass\n",
     ),
     (
         "loss: a MoE aux loss of an all-masked rank keeps its weight",
@@ -228,8 +228,8 @@ MUTATIONS = [  # (label, file, original, mutant)
     ("skipping: skipped prompts not counted", "sampling.py", "skipped += seen - len(places)", "skipped += 0"),
     (
         "refill: prompts not prepared by TRL",
-        "_adapter.py",
-        "        batch = self._generation_batch\n        batch.preparing = True\n",
+        "_generation.py",
+        "        batch = self._generation_batch\n        batch.phase = Phase.PREPARE\n",
         "        return [row['prompt'] for row in rows]\n",
     ),
     (
@@ -283,7 +283,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "refill: outcomes never recorded",
         "refill.py",
-        "            metrics.update(self._record_outcomes(pool, host, reward_range))\n",
+        "            metrics.update(self._record_outcomes(pool, reward_range))\n",
         "            pass\n",
     ),
     (

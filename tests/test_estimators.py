@@ -291,16 +291,6 @@ def test_advantages_are_finite_and_masked_rows_are_zero(data, pattern, rewards):
             assert (adv == 0.0).all(), (label, adv)
 
 
-def test_advantage_estimator_registry():
-    assert estimators.get_advantage_estimator("grpo") is estimators.grpo_advantages
-    assert estimators.get_advantage_estimator("rloo") is estimators.rloo_advantages
-    with pytest.raises(ValueError, match="ppo"):
-        estimators.get_advantage_estimator("ppo")
-    with pytest.raises(ValueError, match="already registered as 'grpo'"):
-        estimators.register_advantage_estimator("grpo")(lambda *args, **kwargs: None)
-    assert estimators.get_advantage_estimator("grpo") is estimators.grpo_advantages  # the first one stays
-
-
 def test_estimators_reject_unknown_modes():
     rewards, weights, stat = torch.zeros(4, 1), torch.ones(1), torch.ones(4, dtype=torch.bool)
     with pytest.raises(ValueError, match="scale_rewards"):

@@ -6,7 +6,7 @@ Training mode only; in eval every override returns TRL's own result. A generatio
                                       of TRL's prompt preparation and _generate), runs TRL's on the rows that train,
                                       applies the plan to TRL's output
       _generate                       TRL generates (or the refill's generation is given back); the rewards are
-                                      scored and the RowPlan decided, once
+                                      scored and the RowPlan decided, once (_generation.py)
       _get_per_token_logps_and_...    TRL's scoring forwards (old policy, reference) forward the plan's rows
       _calculate_rewards              TRL's own call gets the rewards already scored
     _compute_loss                     TRL's loss on the plan's rows of the micro-batch (a LossCall)
@@ -23,31 +23,29 @@ import torch
 from accelerate.utils import gather, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from . import core
-from ._batch import GenerationBatch, PreparedPrompts, merge_extra_fields
-from ._engine import aligned_copies, before_engine_call, engine_calls, one_sleep_per_batch
+from . import _trl, core
+from ._batch import GenerationBatch
 from ._exit import end_process_group_at_exit
+from ._generation import GenerationSide
+from ._hooks import TrainerHooks
 from ._loss import BASE_LOSS_MASK_KEY, ROLE_KEY, LossCall, loss_forward, rows_forward, select_rows
 from .config import masking_settings
-from .estimators import get_advantage_estimator
 from .state import ZeroStdState, build_state
 
 logger = logging.getLogger("trl_zerostd")
 
 
-class ZeroStdAdapter:
+class ZeroStdAdapter(GenerationSide, TrainerHooks):
     """Put before a TRL trainer class (``class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer)``): TRL's methods that
-    this package overrides, each calling TRL's and applying the core. Its state is one attribute, ``zero_std`` (a
-    ``ZeroStdState``); the batch being generated is ``_generation_batch``, the loss call running ``_loss_call``.
-    Subclasses set ``advantage_estimator`` (the estimator they dispatch to), ``trainer_kind`` and the hooks of
-    ``_hooks.TrainerHooks``."""
+    this package overrides, each calling TRL's and applying the core (the generation side in ``_generation.py``). Its
+    state is one attribute, ``zero_std`` (a ``ZeroStdState``); the batch being generated is ``_generation_batch``,
+    the loss call running ``_loss_call``. Subclasses set ``trainer_kind`` and implement the hooks of
+    ``_hooks.TrainerHooks`` (abstract: a trainer missing one cannot be built)."""
 
-    advantage_estimator: ClassVar[str]
     trainer_kind: ClassVar[str]
     # Class-level defaults: a trainer made without __init__ (TRL's own tests build trainers with object.__new__) has
     # no state, and every override then returns TRL's own result.
     zero_std: ZeroStdState | None = None
-    _generation_batch: GenerationBatch | None = None
     _loss_call: LossCall | None = None
 
     def _init_zero_std(self) -> None:
@@ -73,109 +71,17 @@ class ZeroStdAdapter:
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)
         try:
-            refiller = self.zero_std.refiller
-            if refiller is not None:  # dynamic sampling or prompt skipping
-                with one_sleep_per_batch(self._vllm_generation()):
-                    refilled = refiller.refill(inputs, self, super()._generate, self.zero_std.reward_range)
-                batch.inputs, batch.generated = refilled.rows, refilled.generated
-                batch.rewards_per_func, batch.truncated = refilled.rewards_per_func, refilled.truncated
-                batch.empty = refilled.empty
-                self._restore_logged_columns(refilled.logged)
-                self._log_metrics(refilled.metrics)
+            if self.zero_std.refiller is not None:  # dynamic sampling or prompt skipping
+                self._refill(self.zero_std.refiller, batch)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
             self._generation_batch = None
 
-    def _prepared_prompts(self, rows: list[dict]) -> list:
-        """TRL's prompts for this rank's ``rows`` as its ``_generate_and_score_completions`` prepares them (images
-        put into the messages; environments drawn from TRL's pool, reset with their rows, observations appended, tool
-        dicts built): TRL's method runs up to its ``_generate`` call, which hands the prompts back."""
-        batch = self._generation_batch
-        batch.preparing = True
-        try:
-            super()._generate_and_score_completions(rows)
-        except PreparedPrompts as prepared:
-            return prepared.prompts
-        finally:
-            batch.preparing = False
-        raise RuntimeError("TRL's _generate_and_score_completions did not call _generate, as it does in TRL 1.16.")
-
-    def _generate(self, prompts):
-        # follows {GRPO,RLOO}Trainer._generate (TRL 1.16); relies on TRL giving _calculate_rewards these same prompts
-        # and inputs
-        batch = self._generation_batch
-        if batch is None:
-            return super()._generate(prompts)
-        if batch.preparing:
-            raise PreparedPrompts(prompts)
-        if batch.generated is None:  # TRL's rows, generated once
-            with one_sleep_per_batch(self._vllm_generation()):
-                generated = super()._generate(prompts)
-            batch.rewards_per_func, batch.truncated = self._score_generation(batch.inputs, prompts, generated)
-            batch.generated = generated
-        batch.whole_old_forward = self._rejection_mode()
-        if not batch.whole_old_forward:
-            self._decide_plan(batch, rejected=torch.zeros_like(batch.truncated))
-        return batch.generated
-
-    def _engine_calls(self, prompt_ids: list, images: list | None, multimodal_fields: dict, copies: int, decode):
-        """TRL's ``_generate_single_turn`` for a training batch, as ``decode(prompt_ids, images, multimodal_fields,
-        copies)`` calls of at most TRL's generation batch of rows, each asking vLLM's server for as many ``copies`` per
-        prompt as its gathered prompts hold aligned (``_engine.py``); a list of the calls' results, in row order.
-        HF generate with image fields (flat over images) decodes in one call."""
-        if self._generation_batch is None:
-            return [decode(prompt_ids, images, multimodal_fields, copies)]
-        most = self.args.per_device_train_batch_size * self.args.steps_per_generation
-        calls = engine_calls(len(prompt_ids), most) if self.use_vllm or not multimodal_fields else [slice(None)]
-        server = self.use_vllm and self.vllm_mode == "server"
-        results = []
-        for rows in calls:
-            ids = prompt_ids[rows]
-            n = aligned_copies(gather_object(ids), copies) if server else copies
-            before_engine_call(self._vllm_generation())
-            results.append(decode(ids, None if images is None else images[rows], multimodal_fields, n))
-        return results
-
-    def _vllm_generation(self):
-        """TRL's ``VLLMGeneration`` of this trainer, None under HF generate."""
-        return getattr(self, "vllm_generation", None) if self.use_vllm else None
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): a training batch's rewards were scored in _generate
-        batch = self._generation_batch
-        if batch is not None and batch.rewards_per_func is not None:
-            return batch.rewards_per_func
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-
-    def _score_generation(self, rows: list[dict], prompts: list, generated: tuple):
-        """The gathered ``(N, K)`` rewards (TRL's arguments, once) and ``(N,)`` truncation of what was just generated
-        for ``rows``, this rank's dataset rows (a rollout's extra fields are merged into them, as TRL does)."""
-        completion_ids, completions, extra_fields = self._generated_rows(generated)
-        merge_extra_fields(rows, extra_fields)
-        rewards_per_func = super()._calculate_rewards(rows, prompts, completions, completion_ids)
-        stop_tokens = [*self.eos_token_ids, self._tokenizer.pad_token_id]
-        truncated = core.truncated_rows(completion_ids, stop_tokens) & bool(self.mask_truncated_completions)
-        return rewards_per_func, gather(truncated.to(self.accelerator.device)).bool()
-
-    def _take_logged_columns(self, rows: int) -> list[dict]:
-        """Per row of the ``rows`` just scored, the columns reward functions logged for it (``log_extra``), taken out
-        of TRL's pending logs: a refill puts back those of the rows that train (``_restore_logged_columns``), so TRL
-        logs each beside its own row."""
-        logged = [{} for _ in range(rows)]
-        for column, values in self._pending_extra_logs.items():
-            for row, value in zip(logged, values):
-                row[column] = value
-        self._pending_extra_logs.clear()
-        return logged
-
-    def _restore_logged_columns(self, logged: list[dict]) -> None:
-        for column in dict.fromkeys(column for row in logged for column in row):
-            self._pending_extra_logs[column] = [row.get(column) for row in logged]
-
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
-        task_rewards = self._task_rewards(batch.rewards_per_func)
-        batch.plan = self.zero_std.decide_plan(task_rewards, batch.rewards_per_func, batch.truncated, rejected,
-                                               self.num_generations, batch.empty)  # fmt: skip
+        generation = batch.generation
+        task_rewards = self._task_rewards(generation.rewards_per_func)
+        batch.plan = self.zero_std.decide_plan(task_rewards, generation.rewards_per_func, generation.truncated,
+                                               rejected, self.num_generations, generation.empty)  # fmt: skip
         if self.zero_std.settings.skip_masked_rows:
             needed = self._scoring_needed(batch.plan).view(self.accelerator.num_processes, -1)
             batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
@@ -185,10 +91,7 @@ class ZeroStdAdapter:
         plan = batch.plan
         if plan is None:
             raise RuntimeError("No row plan was decided: TRL did not run the scoring forward it runs in TRL 1.16.")
-        advantages = get_advantage_estimator(self.advantage_estimator)(
-            batch.rewards_per_func, self.reward_weights, self.num_generations, plan.stat_rows,
-            **self._advantage_options(batch),
-        ).masked_fill(plan.masked, 0.0)  # fmt: skip
+        advantages = self._advantages(batch).masked_fill(plan.masked, 0.0)
         loss_mask = output_loss_mask(output)
         rows = slice(
             self.accelerator.process_index * len(loss_mask), (self.accelerator.process_index + 1) * len(loss_mask)
@@ -205,9 +108,9 @@ class ZeroStdAdapter:
         if not counted.all() and "num_items_in_batch" in output:
             output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])
         self._finish_output(output, role)
-        self._replace_logged_advantages(advantages)
+        _trl.replace_logged_advantages(self, advantages)
         metrics = core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl)
-        self._log_metrics(metrics)
+        _trl.log_metrics(self, metrics)
         low, high = metrics["zero_std/all_low_group_frac"], metrics["zero_std/all_high_group_frac"]
         self._warn_once(self.zero_std.stall_monitor.observe_batch(low, high, metrics["masked/row_frac/truncated"]))
         return output
@@ -223,12 +126,12 @@ class ZeroStdAdapter:
         batch = self._generation_batch
         if batch is None:
             return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        rows = None if batch.whole_old_forward else batch.scoring_rows
+        deciding = batch.plan is None  # vLLM importance sampling: the first forward (old policy's) is whole and its
+        rows = None if deciding else batch.scoring_rows  # ratio may reject rows, so the plan is decided after it
         result = rows_forward(rows, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         completion_mask = attention_mask[:, -logits_to_keep:]
         batch.scoring_logps.append((result[0], completion_mask))
-        if batch.whole_old_forward:  # TRL 1.16 under vLLM: the first scoring forward is the old policy's
-            batch.whole_old_forward = False
+        if deciding:
             self._decide_plan(batch, rejected=self._rejected_rows(batch, result[0], completion_mask))
         return result
 
@@ -265,7 +168,7 @@ class ZeroStdAdapter:
         total = torch.tensor(state.rows_trained_this_step, device=self.accelerator.device)
         total = int(self.accelerator.reduce(total, reduction="sum"))
         state.rows_trained_this_step = 0
-        self._log_metrics({"zero_std/untrained_step_frac": float(total == 0)})
+        _trl.log_metrics(self, {"zero_std/untrained_step_frac": float(total == 0)})
         self._warn_once(state.stall_monitor.observe_step(total))
 
     # -- checkpoints ------------------------------------------------------------------------------------------
@@ -285,18 +188,6 @@ class ZeroStdAdapter:
                 self._warn_once(notice)
 
     # -- helpers ----------------------------------------------------------------------------------------------
-
-    def _log_metrics(self, metrics: dict[str, float]) -> None:
-        """Into TRL's metric store, so that every tracker TRL reports to gets them."""
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
-
-    def _replace_logged_advantages(self, advantages: torch.Tensor) -> None:
-        """The completions table shows the advantages that train: TRL logged its own for the last ``N`` rows."""
-        logged = self._logs["advantages"]
-        for _ in range(len(advantages)):
-            logged.pop()
-        logged.extend(advantages.tolist())
 
     def _warn_once(self, message: str | None) -> None:
         if message is not None and self.accelerator.is_main_process:

@@ -3,50 +3,46 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import torch
 
 from . import core
 
 
+class Phase(Enum):
+    """Where a generation batch is in TRL's ``_generate_and_score_completions`` (docs/flow.md)."""
+
+    PREPARE = "prepare"  # TRL's method runs only up to its _generate call, which hands the prepared prompts back
+    GENERATE = "generate"  # TRL's _generate generates the batch's rows (or gives back the refill's)
+    SCORE = "score"  # generated and scored: TRL runs its scoring forwards (the plan decides which rows)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What was generated for a batch's rows and how it scored: what TRL's ``_generate`` returns for this rank's
+    rows, the gathered ``(N, K)`` rewards, ``(N,)`` truncation and ``(N,)`` empty slots (``skip_refill=False``; None:
+    none)."""
+
+    generated: tuple
+    rewards_per_func: torch.Tensor
+    truncated: torch.Tensor
+    empty: torch.Tensor | None = None
+
+
 @dataclass
 class GenerationBatch:
     """What one training generation batch carries between TRL's calls into our overrides.
 
-    ``inputs``: this rank's dataset rows (TRL's list). ``generated``: what TRL's ``_generate`` returned (with dynamic
-    sampling or prompt skipping, set before TRL's ``_generate_and_score_completions`` runs). ``preparing``: TRL's
-    method is running only to prepare prompts (``_prepared_prompts``).
-    ``rewards_per_func`` ``(N, K)``, ``truncated`` and ``empty`` (the slots of skipped prompts, ``skip_refill=False``)
-    ``(N,)`` are gathered. ``scoring_logps``: the ``(B, T)`` log-probs and completion masks of TRL's scoring forwards,
-    in call order (RLOO's KL penalty reads them).
+    ``inputs``: this rank's dataset rows (TRL's list, or the refill's). ``generation``: set once the rows are
+    generated and scored (by the refill before TRL's method runs, or in ``_generate``). ``plan``: the gathered batch's
+    ``RowPlan``, decided once; ``scoring_rows``: each rank's rows of the scoring forwards. ``scoring_logps``: the
+    ``(B, T)`` log-probs and completion masks of TRL's scoring forwards, in call order (RLOO's KL penalty reads them).
     """
 
     inputs: list[dict]
-    generated: tuple | None = None
-    preparing: bool = False
-    rewards_per_func: torch.Tensor | None = None
-    truncated: torch.Tensor | None = None
-    empty: torch.Tensor | None = None
+    phase: Phase = Phase.GENERATE
+    generation: Generation | None = None
     plan: core.RowPlan | None = None
     scoring_rows: torch.Tensor | None = None
-    whole_old_forward: bool = False
     scoring_logps: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-
-
-class PreparedPrompts(Exception):  # noqa: N818 - not an error: carries TRL's prepared prompts out of its method
-    """Raised by ``_generate`` while ``_prepared_prompts`` runs TRL's method only up to its ``_generate`` call."""
-
-    def __init__(self, prompts: list):
-        super().__init__()
-        self.prompts = prompts
-
-
-def merge_extra_fields(inputs: list[dict], extra_fields: dict) -> None:
-    """Merge a rollout_func's ``extra_fields`` into ``inputs`` in place, as GRPOTrainer does (TRL 1.16) just before
-    ``_calculate_rewards``: a list gives row ``i`` its ``i``-th value, anything else goes to every row."""
-    for i, example in enumerate(inputs):
-        for key, values in extra_fields.items():
-            if not isinstance(values, list):
-                example[key] = values
-            elif i < len(values):
-                example[key] = values[i]

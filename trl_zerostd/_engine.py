@@ -12,13 +12,15 @@
   awake between a batch's calls and sleeps once, after its last.
 
 ``aligned_copies`` and ``engine_calls`` are pure; ``HeldSleep`` wraps TRL's ``VLLMGeneration`` (its ``llm``,
-``mode``, ``enable_sleep_mode`` and ``_llm_weights_sleeping``).
+``mode``, ``enable_sleep_mode``; its sleep flag through ``_trl.set_weights_sleeping``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from ._trl import set_weights_sleeping
 
 
 def aligned_copies(gathered_prompts: list, most: int) -> int:
@@ -60,14 +62,14 @@ class HeldSleep:
     def before_call(self) -> None:
         """TRL marked the weights discarded after the last call; they were not (its sleep is held)."""
         if self.held_level is not None:
-            self._vllm_generation._llm_weights_sleeping = False
+            set_weights_sleeping(self._vllm_generation, False)
 
     def release(self) -> None:
         """Give TRL its engine back and put it to sleep as TRL asked."""
         self._vllm_generation.llm = self._llm
         if self.held_level is not None:
             self._llm.sleep(level=self.held_level)
-            self._vllm_generation._llm_weights_sleeping = True
+            set_weights_sleeping(self._vllm_generation, True)
 
 
 @contextmanager

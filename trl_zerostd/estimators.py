@@ -1,4 +1,5 @@
-"""Advantage estimators over the rows allowed into the statistics, in a registry the trainers dispatch through.
+"""Advantage estimators over the rows allowed into the statistics: ``grpo_advantages`` and ``rloo_advantages``, plain
+functions each trainer calls from its ``_advantages`` hook.
 
 Every estimator takes ``(rewards_per_func (N, K), reward_weights (K,), num_generations, stat_rows (N,) bool,
 **options)`` and returns ``(N,)`` advantages, finite everywhere and exactly 0 outside ``stat_rows``. A row outside
@@ -8,38 +9,11 @@ own computation bit for bit (property-tested). Pure tensor code: no trainer or T
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from .core import expand_groups, grouped, weighted_task_reward
 
 STD_EPS = 1e-4  # TRL's epsilon in every advantage denominator
-
-AdvantageEstimator = Callable[..., torch.Tensor]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
-
-
-def register_advantage_estimator(name: str) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator: make ``fn`` the estimator a trainer with ``advantage_estimator = name`` dispatches to."""
-
-    def register(fn: AdvantageEstimator) -> AdvantageEstimator:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(
-                f"An advantage estimator is already registered as {name!r} ({ADVANTAGE_ESTIMATORS[name].__name__}); "
-                "register yours under another name."
-            )
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return register
-
-
-def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"Unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}.")
-    return ADVANTAGE_ESTIMATORS[name]
-
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Bessel-corrected std ignoring NaNs; NaN where fewer than 2 values. Same arithmetic as TRL's ``nanstd``."""
@@ -60,7 +34,6 @@ def _batch_std(rewards: torch.Tensor) -> torch.Tensor:
     return nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
 
 
-@register_advantage_estimator("grpo")
 def grpo_advantages(
     rewards_per_func: torch.Tensor,
     reward_weights: torch.Tensor,
@@ -103,7 +76,6 @@ def grpo_advantages(
     return _finish(advantages, stat_rows)
 
 
-@register_advantage_estimator("rloo")
 def rloo_advantages(
     rewards_per_func: torch.Tensor,
     reward_weights: torch.Tensor,

@@ -6,10 +6,11 @@ import torch
 from accelerate.utils import gather
 from trl import GRPOTrainer
 
-from . import core
+from . import _trl, core
 from ._adapter import ZeroStdAdapter
 from ._batch import GenerationBatch
 from ._loss import LossCall
+from .estimators import grpo_advantages
 
 
 class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
@@ -18,7 +19,6 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     included (unless ``zero_std_kl`` keeps it), and leave the statistics of the other rows' advantages and TRL's
     token statistics. Eval is TRL's, bit for bit."""
 
-    advantage_estimator = "grpo"
     trainer_kind = "grpo"
 
     def __init__(self, *args, **kwargs):
@@ -38,27 +38,14 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         return [row for part, _ in calls for row in part], logprobs
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
-        # GRPOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, tool_mask, completions,
-        # sampling_per_token_logps, extra_fields, images, tool_images)
-        return generated[1], generated[3], generated[5]
+        out = _trl.GRPOGenerated(*generated)
+        return out.completion_ids, out.completions, out.extra_fields
 
     def _split_generated(self, generated: tuple) -> list[tuple]:
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, _images, tool_images = generated
-        rows = len(completion_ids)
-        extras = [{key: value[i] if isinstance(value, list) else value for key, value in extra_fields.items()}
-                  for i in range(rows)]  # fmt: skip
-        return list(
-            zip(prompt_ids, completion_ids, per_row(tool_mask, rows), completions, per_row(logprobs, rows), extras,
-                per_row(tool_images, rows), strict=True)
-        )  # fmt: skip
+        return _trl.split_grpo(generated)
 
     def _join_generated(self, records: list[tuple]) -> tuple:
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, extras, tool_images = map(list, zip(*records))
-        keys = dict.fromkeys(key for extra in extras for key in extra)
-        extra_fields = {key: [extra.get(key) for extra in extras] for key in keys}
-        tool_images = tool_images if any(images is not None for images in tool_images) else []
-        return (prompt_ids, completion_ids, all_or_none(tool_mask), completions, all_or_none(logprobs), extra_fields,
-                None, tool_images)  # fmt: skip
+        return _trl.join_grpo(records)
 
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return core.weighted_task_reward(rewards_per_func, self.reward_weights)
@@ -69,8 +56,11 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     def _finish_output(self, output: dict, role: torch.Tensor) -> None:
         """Nothing beyond the adapter's: GRPO's loss reads the masks and advantages it set."""
 
-    def _advantage_options(self, batch: GenerationBatch) -> dict:
-        return {"scale_rewards": self.scale_rewards, "multi_objective_aggregation": self.multi_objective_aggregation}
+    def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        return grpo_advantages(
+            batch.generation.rewards_per_func, self.reward_weights, self.num_generations, batch.plan.stat_rows,
+            scale_rewards=self.scale_rewards, multi_objective_aggregation=self.multi_objective_aggregation,
+        )  # fmt: skip
 
     def _rejection_mode(self) -> bool:
         # Under vLLM importance-sampling correction the old-policy forward gives the ratio (and its logged
@@ -80,11 +70,12 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
         rejected = torch.zeros(len(old_logps), dtype=torch.bool, device=old_logps.device)
         if self.vllm_importance_sampling_mode == "sequence_mask":
-            _, _, tool_mask, _, sampling_logps, *_ = batch.generated
+            generated = _trl.GRPOGenerated(*batch.generation.generated)
+            tool_mask = generated.tool_mask
             mask = completion_mask if tool_mask is None else completion_mask * padded(tool_mask, old_logps, 1.0)
             rejected = core.rejected_rows(
                 old_logps,
-                padded(sampling_logps, old_logps, 0.0),
+                padded(generated.sampling_per_token_logps, old_logps, 0.0),
                 mask,
                 self.vllm_importance_sampling_clip_min,
                 self.vllm_importance_sampling_clip_max,
@@ -110,15 +101,6 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         if isinstance(self._loss_call, LossCall):  # not a Mock(spec=...) attribute, as in TRL's own tests
             mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)
         return super().get_high_entropy_mask(entropies, mask, threshold)
-
-
-def per_row(values: list | None, rows: int) -> list:
-    """A per-row list as it is; None (or TRL's empty ``tool_images``) as one None per row."""
-    return values if values is not None and len(values) == rows else [None] * rows
-
-
-def all_or_none(values: list) -> list | None:
-    return None if all(value is None for value in values) else values
 
 
 def padded(rows: list[list[float | None]], like: torch.Tensor, value: float) -> torch.Tensor:

@@ -6,11 +6,11 @@ import torch
 from accelerate.utils import gather
 from trl import RLOOTrainer
 
-from . import core
+from . import _trl, core
 from ._adapter import ZeroStdAdapter
 from ._batch import GenerationBatch
 from ._loss import LossCall
-from .estimators import clipped_task_reward
+from .estimators import clipped_task_reward, rloo_advantages
 
 
 class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
@@ -29,7 +29,6 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
     zero-std).
     """
 
-    advantage_estimator = "rloo"
     trainer_kind = "rloo"
 
     def __init__(self, *args, **kwargs):
@@ -50,14 +49,14 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return [row for part in calls for row in part]
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
-        # RLOOTrainer._generate (TRL 1.16) returns (prompt_ids, completion_ids, completions); no extra fields
-        return generated[1], generated[2], {}
+        out = _trl.RLOOGenerated(*generated)  # RLOO 1.16 has no extra fields
+        return out.completion_ids, out.completions, {}
 
     def _split_generated(self, generated: tuple) -> list[tuple]:
-        return list(zip(*generated, strict=True))
+        return _trl.split_rloo(generated)
 
     def _join_generated(self, records: list[tuple]) -> tuple:
-        return tuple(map(list, zip(*records)))
+        return _trl.join_rloo(records)
 
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return clipped_task_reward(rewards_per_func, self.reward_weights, self.reward_clip_range)
@@ -66,12 +65,12 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         # A row's KL enters the reward, hence the baselines, of the rows it shares statistics with (stat_rows)
         return plan.forwarded | plan.stat_rows
 
-    def _advantage_options(self, batch: GenerationBatch) -> dict:
-        return {
-            "kl_penalty": self._kl_penalty(batch),
-            "normalize_advantages": self.normalize_advantages,
-            "reward_clip_range": self.reward_clip_range,
-        }
+    def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        return rloo_advantages(
+            batch.generation.rewards_per_func, self.reward_weights, self.num_generations, batch.plan.stat_rows,
+            kl_penalty=self._kl_penalty(batch), normalize_advantages=self.normalize_advantages,
+            reward_clip_range=self.reward_clip_range,
+        )  # fmt: skip
 
     def _rejection_mode(self) -> bool:
         return False  # RLOO 1.16 has no importance-sampling rejection

@@ -1,68 +1,74 @@
-"""One round of a refill across ranks: this rank's rows of every part generated in one decode pass, scored, and
-gathered back part-major, so that every rank holds the same rows and takes the same decisions.
-
-The typed values a refill passes around: ``GatheredRows`` (one part of a round), ``GeneratedPool`` (every group of
-the batch so far), ``RefilledBatch`` (what the trainer gets back).
+"""The typed values of a refill (pure): what a round asks for (``RoundRequest`` of ``RoundPart``), what comes back
+(one ``GatheredRows`` per part: every rank's rows, gathered part-major so that a prompt's rows are consecutive and
+every rank takes the same decisions), every group of the batch so far (``GeneratedPool``) and what the trainer gets
+(``RefilledBatch``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
-from accelerate.utils import gather_object
 
 from . import core
 from .sampling import part_major_order, rank_rows
 
 
-class RefillHost(Protocol):
-    """What a refill calls on the trainer: TRL's own prompt preparation and scoring, run through its overrides."""
+@dataclass(frozen=True)
+class RoundPart:
+    """Rows a round generates for one purpose: ``copies[i]`` completions of each of ``prompts`` (dataset rows, the
+    same on every rank; ``keys``: their skip-history keys), or, for TRL's own batch, ``rank_rows``: this rank's rows
+    as the dataloader gave them. A round's parts are generated in one decode pass."""
 
-    def _prepared_prompts(self, rows: list[dict]) -> list:
-        """TRL's prompts for this rank's ``rows`` (images, environments, tool dicts), as its method prepares them."""
-        ...
+    prompts: list[dict]
+    copies: tuple[int, ...]
+    keys: list[int]
+    rank_rows: list[dict] | None = None
 
-    def _score_generation(self, rows: list[dict], prompts: list, generated: tuple) -> tuple[torch.Tensor, ...]:
-        """Gathered ``(N, K)`` rewards and ``(N,)`` truncation of what TRL's ``_generate`` returned for ``rows``."""
-        ...
+    @staticmethod
+    def whole(prompts: list[dict], copies: int, keys: list[int]) -> RoundPart:
+        """``copies`` completions of every prompt."""
+        return RoundPart(prompts, (copies,) * len(prompts), keys)
 
-    def _split_generated(self, generated: tuple) -> list[tuple]:
-        """What TRL's ``_generate`` returned, as one record per row."""
-        ...
+    @staticmethod
+    def rank_rows_of(rows: list[dict]) -> RoundPart:
+        return RoundPart([], (), [], rank_rows=list(rows))
 
-    def _join_generated(self, records: list[tuple]) -> tuple:
-        """The inverse of ``_split_generated``."""
-        ...
+    def local_rows(self, world_size: int, rank: int) -> list[dict]:
+        """This rank's rows of the part: each prompt repeated its ``copies``, the whole split evenly over ranks."""
+        if self.rank_rows is not None:
+            return self.rank_rows
+        repeated = [dict(row) for row, copies in zip(self.prompts, self.copies, strict=True) for _ in range(copies)]
+        return repeated[rank_rows(len(repeated), world_size, rank)]
 
-    def _take_logged_columns(self, rows: int) -> list[dict]:
-        """Per row just scored, the columns reward functions logged for it, taken out of TRL's pending logs."""
-        ...
 
-    def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """``(N,)`` reward that decides zero variance."""
-        ...
+@dataclass(frozen=True)
+class RoundRequest:
+    """What one round generates, in one decode pass: its parts, in order."""
+
+    parts: list[RoundPart]
 
 
 @dataclass(frozen=True)
 class GatheredRows:
     """Rows generated in one round for one part, gathered from every rank in their part-major order (a prompt's rows
     consecutive): dataset rows, the trainer's per-row generation records, rewards ``(rows, K)``, truncation
-    ``(rows,)``, and the columns reward functions logged for each row (``log_extra``)."""
+    ``(rows,)``, the task reward that decides zero variance ``(rows,)``, and the columns reward functions logged for
+    each row (``log_extra``)."""
 
     rows: list[dict]
     records: list[tuple]
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
+    task_rewards: torch.Tensor
     logged: list[dict]
 
     def take(self, start: int, stop: int) -> GatheredRows:
         rows = slice(start, stop)
         return GatheredRows(
-            self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows], self.logged[rows]
-        )
+            self.rows[rows], self.records[rows], self.rewards_per_func[rows], self.truncated[rows],
+            self.task_rewards[rows], self.logged[rows],
+        )  # fmt: skip
 
     def valid(self) -> torch.Tensor:
         """``(rows,)`` bool: neither truncated nor unscorable."""
@@ -75,8 +81,15 @@ class GatheredRows:
             [record for part in parts for record in part.records],
             torch.cat([part.rewards_per_func for part in parts]),
             torch.cat([part.truncated for part in parts]),
+            torch.cat([part.task_rewards for part in parts]),
             [logged for part in parts for logged in part.logged],
         )
+
+    @staticmethod
+    def split(rows: GatheredRows, part_sizes: list[int]) -> list[GatheredRows]:
+        """``rows`` (every part of a round, part-major) as one ``GatheredRows`` per part of ``part_sizes`` rows."""
+        starts = [sum(part_sizes[:p]) for p in range(len(part_sizes))]
+        return [rows.take(start, start + size) for start, size in zip(starts, part_sizes)]
 
 
 @dataclass(frozen=True)
@@ -118,12 +131,13 @@ class GeneratedPool:
 
 @dataclass(frozen=True)
 class RefilledBatch:
-    """This rank's rows of the groups that train, what TRL's ``_generate`` gives for them and the columns reward
-    functions logged for them, the gathered ``(N, K)`` rewards, ``(N,)`` truncation and empty slots
-    (``skip_refill=False``: a copy of a generated group, reward NaN) of the batch, and the refill's train metrics."""
+    """This rank's rows of the groups that train, their generation records (the trainer joins them into what TRL's
+    ``_generate`` returns) and the columns reward functions logged for them, the gathered ``(N, K)`` rewards, ``(N,)``
+    truncation and empty slots (``skip_refill=False``: a copy of a generated group, reward NaN) of the batch, and the
+    refill's train metrics."""
 
     rows: list[dict]
-    generated: tuple
+    records: list[tuple]
     logged: list[dict]
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
@@ -131,33 +145,8 @@ class RefilledBatch:
     metrics: dict[str, float]
 
 
-def local_rows(rows: list[dict], per_prompt: int, world_size: int, rank: int) -> list[dict]:
-    """This rank's rows of ``per_prompt`` copies of each of ``rows`` (gathered rows split evenly over ranks)."""
-    repeated = [dict(row) for row in rows for _ in range(per_prompt)]
-    return repeated[rank_rows(len(repeated), world_size, rank)]
-
-
-def generate_round(
-    parts: list[list[dict]], host: RefillHost, generate: Callable[[list], tuple], world_size: int
-) -> list[GatheredRows]:
-    """One decode pass (``generate``: TRL's ``_generate``) over this rank's rows of every part; each part's rows come
-    back gathered, a prompt's rows consecutive."""
-    rows = [row for part in parts for row in part]
-    prompts = host._prepared_prompts(rows)
-    generated = generate(prompts)
-    rewards_per_func, truncated = host._score_generation(rows, prompts, generated)
-    logged = host._take_logged_columns(len(rows))
-    sizes = [len(part) for part in parts]
-    order = part_major_order(sizes, world_size)
-    rewards_per_func = rewards_per_func[order.to(rewards_per_func.device)]
-    truncated = truncated[order.to(truncated.device)]
-    gathered_rows, records = gather_object(rows), gather_object(host._split_generated(generated))
-    logged = gather_object(logged)
-    order = order.tolist()
-    gathered_rows, records, logged = ([values[i] for i in order] for values in (gathered_rows, records, logged))
-    gathered = GatheredRows(gathered_rows, records, rewards_per_func, truncated, logged)
-    start, result = 0, []
-    for size in sizes:
-        result.append(gathered.take(start, start + size * world_size))
-        start += size * world_size
-    return result
+def part_major(part_sizes: list[int], world_size: int, *gathered: list) -> list[list]:
+    """Each of ``gathered`` (rank-major lists: each rank's rows of every part in turn, ``part_sizes`` rows a rank)
+    put part-major, each part rank-major, so that a part's groups stay whole."""
+    order = part_major_order(part_sizes, world_size).tolist()
+    return [[values[i] for i in order] for values in gathered]

@@ -24,6 +24,7 @@ import torch
 from datasets import IterableDataset
 
 from . import core
+from ._trl import ENVIRONMENT_PLACEHOLDER
 from .config import PER_BATCH_FIELDS, ZeroStdArguments, check_compatible
 from .monitor import StallMonitor, stall_advice
 from .refill import BatchRefiller
@@ -32,7 +33,6 @@ from .skipping import PromptSkipper, history_key
 
 STATE_FILE = "trl_zerostd.json"
 SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
-ENVIRONMENT_PLACEHOLDER = [{"role": "user", "content": ""}]  # TRL 1.16's prompt rows when an environment owns the data
 
 
 @dataclass
