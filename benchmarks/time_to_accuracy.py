@@ -55,8 +55,8 @@ class TimeToAccuracyArguments:
         metadata={
             "help": f"Of {list(ARMS)} (-8g, -6g: 8 or 6 groups a step instead of 16; -t0: "
             "skip_target_zero_std_frac=0; -screenS: dynamic_sampling_screen=S; -band: skip_history_key=band; -prior: "
-            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -share: "
-            "skip_predictor=informative_share; -mu2: num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
+            "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -mu2: "
+            "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
             "-lr05, -lr2: learning_rate x 0.5, x 2; -empty: skip_refill=False; -kf: zero_std_kl=keep_failed; -1g: one "
             "group of 8 a step)."
         },

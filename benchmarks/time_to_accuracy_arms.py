@@ -82,11 +82,10 @@ add(*(ARMS[arm].variant("-prior", *PRIOR) for arm in ("skip", "dynamic+skip")))
 add(*(arm.variant("-8g", *HALF_BATCH) for arm in list(ARMS.values())))
 add(*(ARMS[arm].variant("-t0", *ZERO_TARGET) for arm in ("skip", "dynamic+skip", "skip-prior")))
 add(ARMS["skip-prior-t0"].variant("-f02", *LOW_FLOOR))
-# The predictor: a success rate per prompt ("-rate"), a level's informative share ("-share"), not the streak
+# The predictor: a success rate per prompt ("-rate"), not the streak
 add(ARMS["skip"].with_predictor("skip-rate", "success_rate"))
 add(ARMS["skip-prior"].with_predictor("skip-rate-prior", "success_rate"))
 add(ARMS["skip-rate-prior"].variant("-f02", *LOW_FLOOR))
-add(ARMS["skip-prior"].with_predictor("skip-share-prior", "informative_share"))
 add(ARMS["dynamic+skip-t0"].variant("-8g", *HALF_BATCH))
 add(ARMS["dynamic+skip"].variant("-6g", "--per_device_train_batch_size", "48"))  # 6 groups a step
 for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ

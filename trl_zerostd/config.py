@@ -100,7 +100,7 @@ class ZeroStdArguments:
             "and trains as TRL would on the groups it generated. At least one prompt generates a step."
         },
     )
-    skip_predictor: Literal["streak", "success_rate", "informative_share"] = field(
+    skip_predictor: Literal["streak", "success_rate"] = field(
         default="success_rate",
         metadata={
             "help": "Prompt skipping: how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
@@ -108,10 +108,7 @@ class ZeroStdArguments:
             "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
             "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
             "the prompt is drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
-            "skip_min_draw_prob; skip_target_zero_std_frac is not used; the default, ahead of 'streak' on the spread "
-            "task and on the real model (docs/studies). 'informative_share': as 'success_rate', "
-            "but the chance starts from the share of informative groups among its skip_prior_key group's last ~10 "
-            "batches (a group the model mostly fails can give more than one it mostly solves)."
+            "skip_min_draw_prob; skip_target_zero_std_frac is not used; the default."
         },
     )
     skip_target_zero_std_frac: float = field(

@@ -4,8 +4,7 @@ interface (``SkipPredictor``), the record every predictor reads (``PromptHistory
 - ``StreakPredictor`` (``skip_predictor="streak"``): the probability shrinks with each zero-variance outcome in a row
   (in the spirit of GRESO, arXiv 2506.02177), ``p`` per zero-variance kind steered toward a target share
   (``ExploreProbs``); optionally, for prompts never drawn, a prior from the prompts of their group (``GroupPrior``).
-- ``SuccessRatePredictor`` (``"success_rate"``) and ``InformativeSharePredictor`` (``"informative_share"``) are in
-  ``success_rate.py``.
+- ``SuccessRatePredictor`` (``"success_rate"``) is in ``success_rate.py``.
 
 No trainer or TRL import. Predictors see history slots (``PromptSkipper`` maps prompts to them); ``G =
 num_generations``.
@@ -75,7 +74,7 @@ class ExploreProbs:
     min_draw_prob: float
     all_low: float = EXPLORE_PROB_INIT
     all_high: float = EXPLORE_PROB_INIT
-    share_decay: float = SHARE_DECAY  # 0: steered by each batch's own share (the controller before issue 18)
+    share_decay: float = SHARE_DECAY  # 0: steered by each batch's own share alone
     share_all_low: float | None = None  # decayed share of the kind among the groups generated; None: no batch yet
     share_all_high: float | None = None
 
@@ -147,12 +146,6 @@ class GroupPrior:
         best = rate.max()
         relative = rate / best if best > 0 else torch.ones_like(rate)
         return relative.clamp(min=min_draw_prob)[self.groups[slots]]
-
-    def laplace_rates(self) -> torch.Tensor:
-        """``(num_groups,)`` each group's informative rate by Laplace's rule, ``(informative + 1) / (total + 2)``: a
-        group no longer drawn returns toward 0.5 and is measured again (the ``"informative_share"`` predictor)."""
-        informative, total = self.counts.unbind(1)
-        return (informative + 1) / (total + 2)
 
     def state_dict(self) -> dict:
         return {"counts": self.counts}

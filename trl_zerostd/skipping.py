@@ -16,7 +16,7 @@ import torch
 from .core import grouped, widen_reward_range, zero_std_groups
 from .predictors import ExploreProbs, GroupPrior, Outcome, PromptHistory, SkipPredictor, StreakPredictor, dense_ids
 from .sampling import stable_hash
-from .success_rate import InformativeSharePredictor, SuccessRatePredictor, SuccessRates
+from .success_rate import SuccessRatePredictor, SuccessRates
 
 HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
 
@@ -261,6 +261,4 @@ def new_predictor(
         raise ValueError(f"skip_predictor={predictor!r} needs the rows of a group (num_generations).")
     if predictor == "success_rate":
         return SuccessRatePredictor(SuccessRates.new(group_size, num_slots, prior_groups), min_draw_prob)
-    if predictor == "informative_share":
-        return InformativeSharePredictor.new(group_size, num_slots, prior_groups, min_draw_prob)
-    raise ValueError(f"Unknown skip_predictor {predictor!r}: 'streak', 'success_rate' or 'informative_share'.")
+    raise ValueError(f"Unknown skip_predictor {predictor!r}: 'streak' or 'success_rate'.")

@@ -2,8 +2,6 @@
 
 - ``"success_rate"``: a per-prompt success rate over its recent groups, Beta-distributed around its group's rate
   (a ``skip_prior_key`` value), gives that chance (beta-binomial);
-- ``"informative_share"``: the informative share of its group's recent groups gives it, moved by the prompt's own
-  groups as the beta-binomial moves it.
 
 No trainer or TRL import. Slots and groups as in ``predictors.py``; ``G = num_generations``.
 """
@@ -14,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .predictors import MISMATCH_RATES, PRIOR_DECAY, GroupPrior, Outcome, PromptHistory, dense_ids
+from .predictors import MISMATCH_RATES, PRIOR_DECAY, PromptHistory, dense_ids
 
 SUCCESS_DECAY = 0.5  # each new group of a prompt halves the weight of its earlier ones
 RATE_PRIOR_ROWS = 4.0  # the group's rate weighs as much as this many rows of the prompt's own
@@ -133,49 +131,3 @@ class SuccessRatePredictor:
         if counts is None or counts.shape != self.rates.group_counts.shape:
             raise ValueError(MISMATCH_RATES)
         self.rates.load_state_dict(state["rates"])
-
-
-@dataclass
-class InformativeSharePredictor(SuccessRatePredictor):
-    """The ``"informative_share"`` predictor: a prompt's chance of an informative group is its group's informative
-    share (``GroupPrior.laplace_rates``: Laplace's rule over its groups of about the last 10 batches) times the
-    beta-binomial's for the prompt (its own groups and its group's success rate) over a never-drawn prompt's of the
-    group, at most 1; drawn with ``(chance / the best group's share) ** DRAW_POWER``, never below ``min_draw_prob``. A
-    prompt never drawn (on the real model nearly every one: 160 of 4,000 drawn in a run) is drawn by its group's share
-    alone. Why not from the group's success rate: the share is not symmetric in the rate (on the real model a level
-    at accuracy 0.2 gave 0.47 informative groups, levels at 0.9 about 0.2), and a beta-binomial of one spread for
-    every group maps a rate and its mirror to one share."""
-
-    shares: GroupPrior
-
-    @classmethod
-    def new(cls, group_size: int, num_slots: int, group_values: list | None, min_draw_prob: float):
-        values = group_values if group_values is not None else [0] * num_slots
-        return cls(SuccessRates.new(group_size, num_slots, group_values), min_draw_prob, GroupPrior.new(values))
-
-    def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
-        """``(k,)`` predicted probability that the next group of each slot's prompt is informative."""
-        share = self.shares.laplace_rates()[self.shares.groups[slots]]
-        own, fresh = self.rates.informative_prob(slots), self.rates.informative_prob(slots, own=False)
-        return (share * own / fresh.clamp(min=1e-12)).clamp(max=1.0)
-
-    def draw_prob(self, slots: torch.Tensor, history: PromptHistory) -> torch.Tensor:
-        best = self.shares.laplace_rates().max()
-        return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(self.min_draw_prob, 1.0)
-
-    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
-        """A group counts toward its group's share when it had a valid row, or its screen differed (informative, no
-        row kept)."""
-        super().record(slots, outcomes, successes, rows)
-        counted = (rows > 0) | (outcomes == Outcome.INFORMATIVE)
-        self.shares.record(slots[counted], outcomes[counted])
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "kind": "informative_share", "shares": self.shares.counts}
-
-    def load_state_dict(self, state: dict) -> None:
-        counts = state.get("shares") if state.get("kind") == "informative_share" else None
-        if counts is None or counts.shape != self.shares.counts.shape:
-            raise ValueError(MISMATCH_RATES)
-        super().load_state_dict({**state, "kind": "success_rate"})
-        self.shares.counts = counts.double()
