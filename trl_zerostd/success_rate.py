@@ -74,7 +74,7 @@ class SuccessRates:
         (``GROUP_RATE_PRIOR_ROWS``), in ``[RATE_CLAMP, 1 - RATE_CLAMP]``. Why not the ratio alone: a group judged from
         a group or two of rows (all wrong, say) is drawn at the floor, so its counts only decay and a ratio would stay
         where it was for the rest of the run; with the prior, its rate returns toward 0.5 as its evidence ages, and it
-        is measured again (a level of the real-model study was starved by the ratio: docs/studies/real_model.md)."""
+        is measured again (docs/studies/real_model.md)."""
         successes, rows = self.group_counts.unbind(1)
         rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
