@@ -5,8 +5,8 @@ SHA-256 of the final parameters; ``--compare`` checks two such records for equal
     # before the change (a worktree of the old commit, this file copied into its benchmarks/):
     PYTHONPATH=/tmp/before /work/main/.venv/bin/python /tmp/before/benchmarks/behaviour_unchanged.py \
         --out docs/studies/behaviour_before.json
-    python benchmarks/behaviour_unchanged.py --out docs/studies/behaviour_after.json      # after it
-    python benchmarks/behaviour_unchanged.py --compare docs/studies/behaviour_before.json \
+    python -m benchmarks.behaviour_unchanged --out docs/studies/behaviour_after.json      # after it
+    python -m benchmarks.behaviour_unchanged --compare docs/studies/behaviour_before.json \
         docs/studies/behaviour_after.json
 
 Each run trains in a fresh process (the seed fixes everything on CPU), two at a time.
@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from time_to_accuracy import TimeToAccuracyArguments, arm_flags, common_flags
+from benchmarks.time_to_accuracy import TimeToAccuracyArguments, arm_flags, common_flags
 
 ARMS = ["trl", "masking", "dynamic", "skip-rate-prior-f02", "dynamic+skip-prior-8g-screen4"]
 
@@ -47,9 +47,8 @@ def params_sha256(model) -> str:
 
 
 def run_arm(job: tuple[str, int, int, int]) -> dict:
-    from runs import optimizer_steps, train_job
-
     import trl_zerostd
+    from benchmarks.runs import optimizer_steps, train_job
 
     arm, seed, max_steps, eval_steps = job
     args = TimeToAccuracyArguments(arms=[arm], seeds=[seed], max_steps=max_steps, eval_steps=eval_steps)
