@@ -126,9 +126,9 @@ class ScriptArguments:
             "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
             "(e.g. accuracy_reward). Default: examples.addition_task.correct_sum_reward (the first number of a "
             "completion against the dataset's 'answer' column, or the sum asked by an 'a+b=' prompt); with --task "
-            "spread, examples.spread_task.banded_sum_reward (the same, logging accuracy and tied groups per difficulty band); with "
-            "--task chat_arith, examples.chat_arith_task.FinalAnswerReward (the last number of a completion that ended, per "
-            "level)."
+            "spread, examples.spread_task.banded_sum_reward (the same, logging accuracy and tied groups per "
+            "difficulty band); with --task chat_arith, examples.chat_arith_task.FinalAnswerReward (the last number of "
+            "a completion that ended, per level)."
         },
     )
     eval_by_sampling: bool = field(
