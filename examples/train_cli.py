@@ -173,7 +173,8 @@ def end_run(accelerator) -> None:
     """For TRL's own trainers, which do not end the process group at exit: drop the accelerator's models and
     optimizers (FSDP's and DeepSpeed's hold communication handles), collect them, destroy the process group, while
     the interpreter is whole. Without it a multi-process run can abort at exit after training finished (``terminate
-    called without an active exception``, exit code 1; ``tests/stress_launches.py`` shows it with plain torch)."""
+    called without an active exception``, exit code 1; ``tests/tools/stress_launches.py`` shows it with plain
+    torch)."""
     accelerator.free_memory()
     gc.collect()
     accelerator.end_training()

@@ -217,7 +217,7 @@ def completions_by_index(texts: dict[str, list[str]]):
 
 
 def per_call(complete):
-    """``complete`` as TRL's ``_generate_single_turn`` stub source (``conftest.stub_generation``): ``prompts ->
+    """``complete`` as TRL's ``_generate_single_turn`` stub source (``trainers.stub_generation``): ``prompts ->
     marked completions``, the ``i``-th row of a prompt in the call getting ``complete(prompt, i)``."""
 
     def source(prompts):

@@ -1,5 +1,5 @@
 """Tests of ``trl_zerostd/core.py``: groups, zero-variance decisions, the row plan and the rows each forward reads,
-on tensors, no trainer. Property tests draw batches with the strategies of ``core_strategies.py``."""
+on tensors, no trainer. Property tests draw batches with the strategies of ``tests/support/strategies.py``."""
 
 from __future__ import annotations
 
