@@ -3,11 +3,12 @@ evaluation) for one seed and records, per arm, the held-out evaluations, the gen
 SHA-256 of the final parameters; ``--compare`` checks two such records for equality.
 
     # before the change (a worktree of the old commit, this file copied into its benchmarks/):
-    PYTHONPATH=/tmp/before /work/main/.venv/bin/python /tmp/before/benchmarks/behaviour_unchanged.py \
-        --out docs/studies/behaviour_before.json
-    python -m benchmarks.behaviour_unchanged --out docs/studies/behaviour_after.json      # after it
-    python -m benchmarks.behaviour_unchanged --compare docs/studies/behaviour_before.json \
-        docs/studies/behaviour_after.json
+    (cd /tmp/before && python -m benchmarks.behaviour_unchanged --out /tmp/behaviour_before.json)
+    python -m benchmarks.behaviour_unchanged --out /tmp/behaviour_after.json      # after it
+    python -m benchmarks.behaviour_unchanged --compare /tmp/behaviour_before.json /tmp/behaviour_after.json
+
+(A commit older than the ``python -m`` layout of ``benchmarks/`` ran the copied file by path, with
+``PYTHONPATH=/tmp/before``.)
 
 Each run trains in a fresh process (the seed fixes everything on CPU), two at a time.
 """
