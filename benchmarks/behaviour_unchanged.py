@@ -3,11 +3,12 @@ evaluation) for one seed and records, per arm, the held-out evaluations, the gen
 SHA-256 of the final parameters; ``--compare`` checks two such records for equality.
 
     # before the change (a worktree of the old commit, this file copied into its benchmarks/):
-    PYTHONPATH=/tmp/before /work/main/.venv/bin/python /tmp/before/benchmarks/behaviour_unchanged.py \
-        --out docs/results/behaviour_unchanged/before.json
-    python benchmarks/behaviour_unchanged.py --out docs/results/behaviour_unchanged/after.json      # after it
-    python benchmarks/behaviour_unchanged.py --compare docs/results/behaviour_unchanged/before.json \
-        docs/results/behaviour_unchanged/after.json
+    (cd /tmp/before && python -m benchmarks.behaviour_unchanged --out /tmp/behaviour_before.json)
+    python -m benchmarks.behaviour_unchanged --out /tmp/behaviour_after.json      # after it
+    python -m benchmarks.behaviour_unchanged --compare /tmp/behaviour_before.json /tmp/behaviour_after.json
+
+(A commit older than the ``python -m`` layout of ``benchmarks/`` ran the copied file by path, with
+``PYTHONPATH=/tmp/before``.)
 
 Each run trains in a fresh process (the seed fixes everything on CPU), two at a time.
 """
@@ -21,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from time_to_accuracy import TimeToAccuracyArguments, arm_flags, common_flags
+from benchmarks.time_to_accuracy import TimeToAccuracyArguments, arm_flags, common_flags
 
 ARMS = ["trl", "masking", "dynamic", "skip-rate-prior-f02", "dynamic+skip-prior-8g-screen4"]
 
@@ -47,9 +48,8 @@ def params_sha256(model) -> str:
 
 
 def run_arm(job: tuple[str, int, int, int]) -> dict:
-    from runs import optimizer_steps, train_job
-
     import trl_zerostd
+    from benchmarks.runs import optimizer_steps, train_job
 
     arm, seed, max_steps, eval_steps = job
     args = TimeToAccuracyArguments(arms=[arm], seeds=[seed], max_steps=max_steps, eval_steps=eval_steps)

@@ -1,8 +1,8 @@
 """Dynamic sampling against masking only and base TRL, with real generation (the model's own ``generate`` on CPU).
 
-    python benchmarks/dynamic_sampling.py                       # f in {0, 0.25, 0.5, 0.75}, 3 arms, in one run
-    python benchmarks/dynamic_sampling.py --fractions 0.5 --steps 4 --repeats 1
-    python benchmarks/dynamic_sampling.py --model_name_or_path outputs/smollm2-135m-instruct \
+    python -m benchmarks.dynamic_sampling                       # f in {0, 0.25, 0.5, 0.75}, 3 arms, in one run
+    python -m benchmarks.dynamic_sampling --fractions 0.5 --steps 4 --repeats 1
+    python -m benchmarks.dynamic_sampling --model_name_or_path outputs/smollm2-135m-instruct \
         --fractions 0.5 --steps 3 --warmup 1 --repeats 1 --threads 2 \
         --json docs/results/dynamic_sampling/dynamic_sampling_smollm2.json \
         --plot docs/results/dynamic_sampling/dynamic_sampling_smollm2.png     # the real model (examples/real_model.py)
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -32,10 +31,8 @@ from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from tiny_model import build_tokenizer, save_tiny_model  # noqa: E402
-
-from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer  # noqa: E402
+from examples.tiny_model import build_tokenizer, save_tiny_model
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 ARMS = ("trl", "masking", "dynamic")
 

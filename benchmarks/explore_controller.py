@@ -5,7 +5,7 @@ prompt with one zero-variance outcome in a row is). The controller steers ``p`` 
 generated: by one batch's share (``share_decay`` 0, the controller before issue 18) or by a share decayed over
 batches (``share_decay`` 0.9, the default). One batch's share is 0 or at least 1/groups, so steering by it is biased.
 
-    python benchmarks/explore_controller.py
+    python -m benchmarks.explore_controller
 
 Prints, per batch size and target, the mean zero-variance share of the second half of 2,000 batches (mean over 5
 seeds) and the final p of each kind. The lowest share reachable is 0.167 (both p at the floor 0.05).

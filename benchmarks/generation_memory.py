@@ -1,7 +1,7 @@
 """Peak memory of HF ``generate`` calls: base TRL against this package, with and without dynamic sampling (CPU).
 
-    python benchmarks/generation_memory.py                      # 4 arms, 3 steps each: ~3 minutes on 2 cores
-    python benchmarks/generation_memory.py --steps 2 --out /tmp/genmem
+    python -m benchmarks.generation_memory                      # 4 arms, 3 steps each: ~3 minutes on 2 cores
+    python -m benchmarks.generation_memory --steps 2 --out /tmp/genmem
 
 A dynamic-sampling round can hold up to 2 generation batches of rows; the package decodes it in calls of at most
 TRL's own generation batch (``per_device_train_batch_size * steps_per_generation`` rows), so that generate's peak
@@ -28,7 +28,6 @@ from pathlib import Path
 
 import psutil
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ARMS = {  # name: (trainer, ZeroStd config options)
     "trl": ("GRPOTrainer", None),
     "zerostd": ("ZeroStdGRPOTrainer", {}),
@@ -99,13 +98,11 @@ def probe_generate(model, eos_id: int, calls: list[dict]) -> None:
 def run_arm(arm: str, args: argparse.Namespace) -> dict:
     """Train one arm in this process and return its generate calls and per-step rounds."""
     import torch
-
-    sys.path.insert(0, str(EXAMPLES))
-    from addition_task import addition_dataset
-    from tiny_model import build_model, build_tokenizer
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from examples.addition_task import addition_dataset
+    from examples.tiny_model import build_model, build_tokenizer
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     torch.set_num_threads(1)  # steadier on a shared machine; memory does not depend on it
@@ -194,14 +191,14 @@ def main() -> None:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
     runs = []
     for arm in ARMS:
-        argv = [sys.executable, __file__, "--arm", arm, "--steps", str(args.steps), "--rows", str(args.rows),
-                "--max_completion_length", str(args.max_completion_length)]  # fmt: skip
+        argv = [sys.executable, "-m", "benchmarks.generation_memory", "--arm", arm, "--steps", str(args.steps),
+                "--rows", str(args.rows), "--max_completion_length", str(args.max_completion_length)]  # fmt: skip
         done = subprocess.run(argv, env=env, capture_output=True, text=True)
         if done.returncode:
             sys.exit(f"arm {arm} failed:\n{done.stderr[-4000:]}")
         runs.append(json.loads(done.stdout.rsplit("RESULT ", 1)[1]))
         print(f"{arm}: {len(runs[-1]['calls'])} generate calls in {runs[-1]['train_s']:.0f} s", flush=True)
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__), *sys.argv[1:]])
+    command = "python -m benchmarks.generation_memory " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     table = format_table(summarize(runs), command, runs[0]["generation_batch_rows"])
     print(table)
     out = Path(args.out)

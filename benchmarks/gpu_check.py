@@ -2,7 +2,7 @@
 and FSDP2, with the invariants CI cannot see on CPU asserted. Run it by hand on a CUDA machine with vLLM:
 
     make gpu-check                                   # every case, the table in docs/results/gpu_check/gpu_check.md
-    python benchmarks/gpu_check.py --only colocate-masking server-dynamic-screen --out /tmp/check.md
+    python -m benchmarks.gpu_check --only colocate-masking server-dynamic-screen --out /tmp/check.md
 
 vLLM goes into the same environment (``.venv/bin/pip install vllm``, a version TRL 1.16 supports; it brings its CUDA
 torch). The server case puts ``trl vllm-serve`` on a second GPU when there is one; on one GPU NCCL's weight sync
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("gpu_check_worker.py")
+WORKER = "benchmarks.gpu_check_worker"  # launched as a module, from the repository root
 ACCELERATE = ROOT / "examples" / "accelerate"
 DEFAULT_OUT = ROOT / "docs" / "results" / "gpu_check" / "gpu_check.md"
 DEFAULT_WORK = ROOT / "outputs" / "gpu_check"
@@ -289,10 +289,10 @@ def bf16_model(work: Path) -> str:
     target = work / "smollm2-135m-instruct-bf16"
     if (target / "config.json").is_file():
         return str(target)
-    sys.path.insert(0, str(ROOT / "examples"))
     import torch
-    from real_model import smollm2_folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from examples.real_model import smollm2_folder
 
     source = smollm2_folder(str(ROOT / "outputs" / "smollm2-135m-instruct"))
     partial = target.with_name(target.name + ".partial")
@@ -369,12 +369,14 @@ def run_case(case: Case, model: str, environment: Environment, work: Path, timeo
         command = [
             sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE / case.launch),
             "--num_processes", "1", "--mixed_precision", "bf16", "--main_process_port", str(free_port()),
-            str(WORKER), "--case", case.name, "--model", model, "--record", str(record_path),
+            "-m", WORKER, "--case", case.name, "--model", model, "--record", str(record_path),
             "--output-dir", str(folder / "run"), *extra,
         ]  # fmt: skip
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": trainer_gpu, "PYTHONPATH": str(ROOT)}
         with open(log, "w") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT
+            )
         try:
             process.wait(timeout=max(timeout_s - (time.monotonic() - started), 1))
             returncode = process.returncode
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     preamble = [
         "# GPU check",
         "",
-        f"`python benchmarks/gpu_check.py`: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+        f"`python -m benchmarks.gpu_check`: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
         f"{versions(environment.packages)}; SmolLM2-135M-Instruct (bf16 folder), "
         f"{MAX_STEPS} steps of 4 prompts x 4 completions, 16 tokens; {time.monotonic() - started:.0f} s in all.",
     ]

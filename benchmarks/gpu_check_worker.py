@@ -14,20 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "examples"), str(HERE)]
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
 
-import torch  # noqa: E402
-from chat_arith_task import QUESTION, final_answer, stop_token_ids  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from gpu_check import CASES_BY_NAME, MAX_STEPS, Case, free_port  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer, ZeroStdRLOOConfig, ZeroStdRLOOTrainer  # noqa: E402
+from benchmarks.gpu_check import CASES_BY_NAME, MAX_STEPS, Case, free_port
+from examples.chat_arith_task import QUESTION, final_answer, stop_token_ids
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer, ZeroStdRLOOConfig, ZeroStdRLOOTrainer
 
 NUM_GENERATIONS = 4
 PROMPTS_PER_STEP = 4

@@ -1,8 +1,8 @@
 """Reward against wall clock and against generation tokens on the main job, for base TRL, masking only and dynamic
 sampling (and any other arm in ARMS), over several seeds.
 
-    python benchmarks/learning_curves.py                                  # 3 arms x 3 seeds, 300 steps each
-    python benchmarks/learning_curves.py --arms trl dynamic --seeds 0 --max_steps 100
+    python -m benchmarks.learning_curves                                  # 3 arms x 3 seeds, 300 steps each
+    python -m benchmarks.learning_curves --arms trl dynamic --seeds 0 --max_steps 100
 
 Every run is the main job (examples/train_grpo.py defaults) with the arm's flags; runs are cached as JSON in
 --runs_dir. The reward is that of the policy's samples: TRL's ``reward``, or under dynamic sampling (whose ``reward``
@@ -18,7 +18,7 @@ import itertools
 import statistics
 from dataclasses import dataclass, field
 
-from runs import final_reward, moving, policy_reward, report, run_all, seed_arm_jobs
+from benchmarks.runs import final_reward, moving, policy_reward, report, run_all, seed_arm_jobs
 
 ARMS = {
     "trl": [],

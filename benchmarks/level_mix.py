@@ -5,8 +5,8 @@ data: a level it drew rarely is a level it barely trained on. A second table giv
 level's informative share (1 - its groups' all-right and all-wrong fractions, averaged over the steps that drew it):
 under an arm that draws the dataloader's prompts (trl, masking) it is what choosing by level could gain at best.
 
-    python benchmarks/level_mix.py                                    # the real-model study's runs
-    python benchmarks/level_mix.py --runs_dir outputs/time_to_accuracy --arms trl skip-rate-prior --prefix spread
+    python -m benchmarks.level_mix                                    # the real-model study's runs
+    python -m benchmarks.level_mix --runs_dir outputs/time_to_accuracy --arms trl skip-rate-prior --prefix spread
 
 The run folders (``<runs_dir>/<arm>-seed<n>/``) are written by the study's runs and are not kept in the repository.
 """

@@ -1,8 +1,8 @@
 """Prompt skipping against dynamic sampling alone and base TRL: generation tokens and wall time per informative group
 trained, and the reward reached, on a multi-epoch run of the main job where prompts become solved.
 
-    python benchmarks/prompt_skipping.py                                   # 3 arms x 3 seeds, 300 steps each
-    python benchmarks/prompt_skipping.py --arms dynamic skip --seeds 0 --max_steps 100
+    python -m benchmarks.prompt_skipping                                   # 3 arms x 3 seeds, 300 steps each
+    python -m benchmarks.prompt_skipping --arms dynamic skip --seeds 0 --max_steps 100
 
 Every run is the main job (examples/train_grpo.py defaults, real generation with the model's own ``generate``) on
 ``--num_prompts`` prompts, so that 300 steps of 16 prompts walk the dataset many times, with a shorter warm start
@@ -20,8 +20,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from learning_curves import cumulative
-from runs import report, run_all, seed_arm_jobs
+from benchmarks.learning_curves import cumulative
+from benchmarks.runs import report, run_all, seed_arm_jobs
 
 ARMS = {
     "trl": [],

@@ -1,8 +1,8 @@
 """What SmolLM2-135M-Instruct can do on each level of the chat arithmetic task before any training: the numbers the
 task's levels were chosen by (``examples/chat_arith_task.py``).
 
-    python benchmarks/real_task_levels.py                    # 16 held-out prompts a level x 8 samples, the config's
-    python benchmarks/real_task_levels.py --max_new_tokens 24    # sampling settings (temperature, 16 new tokens)
+    python -m benchmarks.real_task_levels                    # 16 held-out prompts a level x 8 samples, the config's
+    python -m benchmarks.real_task_levels --max_new_tokens 24    # sampling settings (temperature, 16 new tokens)
 
 Per level: accuracy (the task's reward: the last integer of a completion that ended), pass@8 (a group of 8 with at
 least one right answer: what RL can sharpen into accuracy), the shares of all-wrong and all-right groups of 8 (the
@@ -11,14 +11,11 @@ zero-variance groups), and the share of completions that ran out of tokens. The 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples/configs/smollm2_chat_arith.yaml"
 
@@ -34,10 +31,11 @@ class LevelArguments:
 
 
 def main(args: LevelArguments) -> None:
-    from chat_arith_task import LEVELS, FinalAnswerReward, chat_arith_splits, stop_token_ids
-    from held_out_eval import completion_ids
-    from real_model import smollm2_folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from examples.chat_arith_task import LEVELS, FinalAnswerReward, chat_arith_splits, stop_token_ids
+    from examples.held_out_eval import completion_ids
+    from examples.real_model import smollm2_folder
 
     config = yaml.safe_load(CONFIG.read_text())
     max_new_tokens = args.max_new_tokens or config["max_completion_length"]

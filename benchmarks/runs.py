@@ -8,12 +8,9 @@ import multiprocessing
 import os
 import platform
 import statistics
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 FINAL_WINDOW = 20  # steps averaged for a run's final reward
 RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple: the first one logged
@@ -62,9 +59,9 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
     ``flags`` are the arm's extra CLI flags; the arm "trl" (and "trl-<variant>") trains TRL's own GRPOTrainer (package
     flags dropped)."""
     arm, flags, lr, seed, max_steps, path = job
-    from train_cli import run, without_package_flags
     from trl import GRPOConfig, GRPOTrainer
 
+    from examples.train_cli import run, without_package_flags
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     argv = [

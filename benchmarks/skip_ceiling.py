@@ -3,7 +3,7 @@ every prompt in turn, so its groups are an unbiased sample of what a prompt give
 predictors of "this group will be informative" that read only the groups of earlier batches, and by one that also
 reads later ones (a ceiling for any history of the prompt's own groups).
 
-    python benchmarks/skip_ceiling.py                    # seeds 0-9, 2 runs at a time (about 3 minutes)
+    python -m benchmarks.skip_ceiling                    # seeds 0-9, 2 runs at a time (about 3 minutes)
 
 Predictors: the prompt's band (its ``--prior_key`` group's informative rate over ~10 batches: ``skip_prior_key``'s
 prior); the band and the prompt's last outcome (never drawn / informative / all-wrong / all-right: the streak's
@@ -29,9 +29,9 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from runs import run_all, train_job
-from time_to_accuracy import TimeToAccuracyArguments, common_flags
 
+from benchmarks.runs import run_all, train_job
+from benchmarks.time_to_accuracy import TimeToAccuracyArguments, common_flags
 from trl_zerostd.success_rate import SuccessRates, informative_prob
 
 SHARES = (0.3, 0.5)  # of the groups, scored highest

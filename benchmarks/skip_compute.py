@@ -1,10 +1,10 @@
 """Masked rows cost no compute: base ``GRPOTrainer`` against ``ZeroStdGRPOTrainer`` on identical stubbed batches, in
 one run, at several fractions f of zero-variance groups.
 
-    python benchmarks/skip_compute.py --json docs/results/skip_compute/bench.json \
+    python -m benchmarks.skip_compute --json docs/results/skip_compute/bench.json \
         --plot docs/results/skip_compute/bench.png
-    python benchmarks/skip_compute.py --fractions 0 0.5 --repeats 3               # quicker
-    python benchmarks/skip_compute.py --model_name_or_path Qwen/Qwen2.5-0.5B      # a real model (hub or local path)
+    python -m benchmarks.skip_compute --fractions 0 0.5 --repeats 3               # quicker
+    python -m benchmarks.skip_compute --model_name_or_path Qwen/Qwen2.5-0.5B      # a real model (hub or local path)
 
 Per f and repeat both trainers score the same batch (generation is stubbed, so scoring is the rewards and the
 reference forward) and take one policy update (loss forward + backward). Reported per f, as medians over repeats:
@@ -19,21 +19,17 @@ import json
 import random
 import statistics
 import string
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from datasets import Dataset
 from tqdm.auto import tqdm
 from trl import GRPOConfig, GRPOTrainer, TrlParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from tiny_model import build_tokenizer, save_tiny_model
-
+from examples.tiny_model import build_tokenizer, save_tiny_model
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 

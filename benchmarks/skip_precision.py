@@ -4,8 +4,8 @@ against whether the group was informative. The streak predictor: never drawn; la
 all-low / all-high. The success-rate predictor (``skip_predictor="success_rate"``): the predicted probability that
 the group is informative, in bins of 0.2 (a calibrated predictor's bins hold about their own share).
 
-    python benchmarks/skip_precision.py                              # skip-prior, seeds 3 and 6, 2 runs at a time
-    python benchmarks/skip_precision.py --arm skip-rate-prior-f02 \
+    python -m benchmarks.skip_precision                              # skip-prior, seeds 3 and 6, 2 runs at a time
+    python -m benchmarks.skip_precision --arm skip-rate-prior-f02 \
         --table docs/results/skip_precision/skip_precision_rate.md
 
 Prompt skipping draws a prompt whose last group was informative (or that was never drawn) always, and skips one
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from runs import run_all, timing_generation, train_job
-from time_to_accuracy import ARMS, TimeToAccuracyArguments, arm_flags, common_flags
+
+from benchmarks.runs import run_all, timing_generation, train_job
+from benchmarks.time_to_accuracy import ARMS, TimeToAccuracyArguments, arm_flags, common_flags
 
 STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
 BINS = ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1")  # the success-rate predictor's P(informative) when drawn

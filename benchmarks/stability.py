@@ -3,8 +3,8 @@
 Arms x learning rates x seeds of the main job (examples/train_grpo.py defaults: 300 steps, 16 prompts x 8
 completions, beta 0.04, dapo, warm start), changing only the learning rate and the seed:
 
-    python benchmarks/stability.py                                   # 4 arms x 3 lrs x 5 seeds, 2 runs at a time
-    python benchmarks/stability.py --seeds 0 1 2 --learning_rates 3e-3 --arms trl keep_failed
+    python -m benchmarks.stability                                   # 4 arms x 3 lrs x 5 seeds, 2 runs at a time
+    python -m benchmarks.stability --seeds 0 1 2 --learning_rates 3e-3 --arms trl keep_failed
 
 Writes one JSON per run to --runs_dir (a run already there is not run again), then
 docs/results/stability/stability.md (the table) and docs/results/stability/stability.png (mean reward curves).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from runs import final_reward, moving, report, run_all
+from benchmarks.runs import final_reward, moving, report, run_all
 
 ARMS = {  # name -> extra CLI flags ("trl": TRL's own GRPOTrainer)
     "trl": [],

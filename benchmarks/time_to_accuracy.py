@@ -1,8 +1,8 @@
 """Held-out accuracy reached per generated token and per second: base TRL against this package's arms, on the
 difficulty-spread task (examples/spread_task.py), over several seeds.
 
-    python benchmarks/time_to_accuracy.py                # 39 arms x 10 seeds, 300 steps (-x2 600, -half 150)
-    python benchmarks/time_to_accuracy.py --arms trl skip --seeds 0 1 --max_steps 100
+    python -m benchmarks.time_to_accuracy                # 39 arms x 10 seeds, 300 steps (-x2 600, -half 150)
+    python -m benchmarks.time_to_accuracy --arms trl skip --seeds 0 1 --max_steps 100
 
 Every run is ``examples/train_grpo.py --task spread`` (tiny local model warm started on the train split, 2,000 train
 prompts in three difficulty bands, real generation with the model's own ``generate``) with the arm's flags; the same
@@ -31,10 +31,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runs import report, run_all
-from time_to_accuracy_arms import ARMS, arm_flags
-from time_to_accuracy_plot import plot
-from time_to_accuracy_tables import summarise
+from benchmarks.runs import report, run_all
+from benchmarks.time_to_accuracy_arms import ARMS, arm_flags
+from benchmarks.time_to_accuracy_plot import plot
+from benchmarks.time_to_accuracy_tables import summarise
 
 __all__ = ["ARMS", "TimeToAccuracyArguments", "arm_flags", "common_flags", "jobs", "main"]
 

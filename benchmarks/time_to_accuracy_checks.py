@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import statistics
 
-from time_to_accuracy_arms import ARMS, groups_per_step
-from time_to_accuracy_metrics import cost, crossing, first_reaching, median, ratios_to_trl, targets, trained_only
+from benchmarks.time_to_accuracy_arms import ARMS, groups_per_step
+from benchmarks.time_to_accuracy_metrics import (
+    cost,
+    crossing,
+    first_reaching,
+    median,
+    ratios_to_trl,
+    targets,
+    trained_only,
+)
 
 
 def task_check(trl_runs: list[dict], hard: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from learning_curves import cumulative
+from benchmarks.learning_curves import cumulative
 
 
 def eval_points(record: dict) -> list[tuple[int, float, float, float, float]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from time_to_accuracy_metrics import eval_points, median, ratios_to_trl, reached, targets
+from benchmarks.time_to_accuracy_metrics import eval_points, median, ratios_to_trl, reached, targets
 
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 

@@ -2,9 +2,9 @@
 package's arms, SmolLM2-135M-Instruct (offline, ``examples/real_model.py``) with LoRA on the chat arithmetic task
 (``examples/chat_arith_task.py``), over several seeds.
 
-    python benchmarks/time_to_accuracy_real.py              # the study's arms x 5 seeds; runs cached, resumable
-    python benchmarks/time_to_accuracy_real.py --report_only true    # every arm with runs: tables and figure
-    python benchmarks/time_to_accuracy_real.py --arms trl masking --seeds 0 --max_steps 20
+    python -m benchmarks.time_to_accuracy_real              # the study's arms x 5 seeds; runs cached, resumable
+    python -m benchmarks.time_to_accuracy_real --report_only true    # every arm with runs: tables and figure
+    python -m benchmarks.time_to_accuracy_real --arms trl masking --seeds 0 --max_steps 20
 
 The study of ``time_to_accuracy.py`` (same arms, same rule for the target, same tables and figure) with the task's
 settings: every run is ``examples/train_grpo.py --config examples/configs/smollm2_chat_arith.yaml`` with the arm's
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from time_to_accuracy import TimeToAccuracyArguments, main
+
+from benchmarks.time_to_accuracy import TimeToAccuracyArguments, main
 
 CONFIG = "examples/configs/smollm2_chat_arith.yaml"
 TASK = yaml.safe_load((Path(__file__).resolve().parents[1] / CONFIG).read_text())  # the study's defaults come from it

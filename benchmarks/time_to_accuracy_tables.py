@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from time_to_accuracy_arms import groups_per_step
-from time_to_accuracy_checks import (
+from benchmarks.time_to_accuracy_arms import groups_per_step
+from benchmarks.time_to_accuracy_checks import (
     foresight_bound,
     interpolated_row,
     perfect_predictor,
@@ -17,7 +17,7 @@ from time_to_accuracy_checks import (
     speed_gauge,
     task_check,
 )
-from time_to_accuracy_metrics import cost, crossing, final_reward, median, ratios_to_trl, reached, targets
+from benchmarks.time_to_accuracy_metrics import cost, crossing, final_reward, median, ratios_to_trl, reached, targets
 
 
 def summarise(records: list[dict], args) -> str:

@@ -34,7 +34,8 @@ from __future__ import annotations
 import re
 
 from datasets import Dataset
-from spread_task import Band, band_counts, log_group_metrics, split_pairs
+
+from examples.spread_task import Band, band_counts, log_group_metrics, split_pairs
 
 LAST_NUMBER = re.compile(r"-?\d+")
 QUESTION = "What is {a} {op} {b}? Answer with the number only."

@@ -1,18 +1,19 @@
 """Train TRL's GRPOTrainer and ZeroStdGRPOTrainer from the same seed on the same data, and plot them side by side.
 
-    python examples/compare.py                       # the embedded default; writes outputs/compare/compare.png
-    python examples/compare.py --max_steps 100 --beta 0.1 --compare_dir outputs/compare-beta
+    python -m examples.compare                       # the embedded default; writes outputs/compare/compare.png
+    python -m examples.compare --max_steps 100 --beta 0.1 --compare_dir outputs/compare-beta
 
-Every other flag goes to both runs (see examples/train_grpo.py --help; flags of this package apply to ours only).
+Every other flag goes to both runs (see ``python -m examples.train_grpo --help``; flags of this package apply to
+ours only).
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from train_cli import plot_metrics, reward_summary, run, without_package_flags
 from transformers import HfArgumentParser
 from trl import GRPOConfig, GRPOTrainer
 
+from examples.train_cli import plot_metrics, reward_summary, run, without_package_flags
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 

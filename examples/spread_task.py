@@ -27,8 +27,9 @@ import random
 from dataclasses import dataclass
 from itertools import groupby
 
-from addition_task import correct_sum_reward
 from datasets import Dataset
+
+from examples.addition_task import correct_sum_reward
 
 
 @dataclass(frozen=True)

@@ -19,18 +19,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import addition_task
-import chat_arith_task
-import spread_task
 import torch
 from datasets import Dataset, load_dataset
-from held_out_eval import SampledEvaluation
-from tiny_model import build_model, build_tokenizer
 from tqdm.auto import tqdm
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
+from examples import addition_task, chat_arith_task, spread_task
+from examples.held_out_eval import SampledEvaluation
+from examples.tiny_model import build_model, build_tokenizer
 from trl_zerostd.config import ZERO_STD_FIELDS
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -126,11 +124,11 @@ class ScriptArguments:
         default=None,
         metadata={
             "help": "Reward functions: dotted import paths (module.function) or names from `trl.rewards` "
-            "(e.g. accuracy_reward). Default: addition_task.correct_sum_reward (the first number of a completion "
-            "against the dataset's 'answer' column, or the sum asked by an 'a+b=' prompt); with --task spread, "
-            "spread_task.banded_sum_reward (the same, logging accuracy and tied groups per difficulty band); with "
-            "--task chat_arith, chat_arith_task.FinalAnswerReward (the last number of a completion that ended, per "
-            "level)."
+            "(e.g. accuracy_reward). Default: examples.addition_task.correct_sum_reward (the first number of a "
+            "completion against the dataset's 'answer' column, or the sum asked by an 'a+b=' prompt); with --task "
+            "spread, examples.spread_task.banded_sum_reward (the same, logging accuracy and tied groups per "
+            "difficulty band); with --task chat_arith, examples.chat_arith_task.FinalAnswerReward (the last number of "
+            "a completion that ended, per level)."
         },
     )
     eval_by_sampling: bool = field(
@@ -175,7 +173,8 @@ def end_run(accelerator) -> None:
     """For TRL's own trainers, which do not end the process group at exit: drop the accelerator's models and
     optimizers (FSDP's and DeepSpeed's hold communication handles), collect them, destroy the process group, while
     the interpreter is whole. Without it a multi-process run can abort at exit after training finished (``terminate
-    called without an active exception``, exit code 1; ``tests/stress_launches.py`` shows it with plain torch)."""
+    called without an active exception``, exit code 1; ``tests/tools/stress_launches.py`` shows it with plain
+    torch)."""
     accelerator.free_memory()
     gc.collect()
     accelerator.end_training()
@@ -292,7 +291,10 @@ def torch_threads(threads: int | None):
 
 
 WARM_START_STEPS = {"addition": 150, "spread": 800}
-DEFAULT_REWARDS = {"addition": "addition_task.correct_sum_reward", "spread": "spread_task.banded_sum_reward"}
+DEFAULT_REWARDS = {
+    "addition": "examples.addition_task.correct_sum_reward",
+    "spread": "examples.spread_task.banded_sum_reward",
+}
 
 
 def default_reward(task: str, model_name_or_path: str | None):

@@ -3,15 +3,14 @@
 The twin of examples/train_grpo.py (same CLI, examples/train_cli.py). With no argument it trains the embedded default
 and writes the model, metrics.json and metrics.png to outputs/rloo-tiny:
 
-    python examples/train_rloo.py
-    python examples/train_rloo.py --normalize_advantages true --zero_std_normalization exclude
-    accelerate launch examples/train_rloo.py --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct ...
+    python -m examples.train_rloo
+    python -m examples.train_rloo --normalize_advantages true --zero_std_normalization exclude
+    accelerate launch -m examples.train_rloo --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct ...
 
 Every field of ZeroStdRLOOConfig, trl.ModelConfig and train_cli.ScriptArguments is a flag (--help).
 """
 
-from train_cli import main
-
+from examples.train_cli import main
 from trl_zerostd import ZeroStdRLOOConfig, ZeroStdRLOOTrainer
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 Torch leaves gloo's worker threads (and FSDP's or DeepSpeed's communication handles, held by the accelerator's models
 and optimizers) alive into interpreter shutdown unless the process group is destroyed first; a two-process CPU run
 can then abort after training finished (``terminate called without an active exception``, exit code 1;
-``tests/stress_launches.py`` shows it with plain torch and no TRL). A trainer that finds a process group arms, once
-per process, an ``atexit`` handler that drops the accelerator's models and optimizers and destroys the group while the
-interpreter is still whole. It runs only at exit, so a script that goes on after ``train()`` (evaluates, saves, trains
-again) keeps its group; a script that already destroyed it is left as it is.
+``tests/tools/stress_launches.py`` shows it with plain torch and no TRL). A trainer that finds a process group arms,
+once per process, an ``atexit`` handler that drops the accelerator's models and optimizers and destroys the group while
+the interpreter is still whole. It runs only at exit, so a script that goes on after ``train()`` (evaluates, saves,
+trains again) keeps its group; a script that already destroyed it is left as it is.
 
 The handler is registered when this module is imported, before any trainer exists, and armed later: ``atexit`` runs
 handlers last-registered first, so whatever registers its own shutdown while a trainer is built (colocated vLLM, whose

@@ -1,0 +1,1 @@
+"""Studies and benchmarks; run from the repository root as modules (``python -m benchmarks.skip_compute``)."""

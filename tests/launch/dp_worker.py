@@ -1,0 +1,215 @@
+"""Worker of tests/launch/test_distributed.py and test_sharded.py, launched by ``accelerate launch -m
+tests.launch.dp_worker`` with 2 processes from the repository root (or called in-process).
+
+Trains ``max_steps`` steps of ZeroStdGRPOTrainer or ZeroStdRLOOTrainer on a stubbed global batch of 8 rows (two
+groups of 4) and writes, per rank, the rows it trained on (prompt, completion, advantage, loss tokens), parameter
+checksums before and after, and rank 0's logs. Scenarios:
+
+- ``masking``: prompts "1+1=" (tied) and "2+3=" (informative), one step; ``masking_exclude`` the same with
+  ``zero_std_normalization="exclude"`` (one rank's rows all leave its loss, the other's all stay);
+- ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
+- ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached;
+- ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps.
+- ``skipping_empty``: prompt skipping alone with ``skip_refill=False`` (empty slots), six steps.
+
+Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+import torch
+from datasets import Dataset
+from torch import distributed
+
+from examples.tiny_model import build_tokenizer
+from examples.train_cli import end_run
+from tests.support.trainers import (
+    BASE_CLASSES,
+    OUR_CLASSES,
+    answer_reward,
+    constant_reward,
+    move_policy_away,
+    stub_generation,
+)
+from trl_zerostd._adapter import ZeroStdAdapter
+from trl_zerostd.config import ZERO_STD_FIELDS
+
+GLOBAL_BATCH = 8
+# Completions cycle with period 2 over a prompt's rows in one generation call, so they do not depend on how a group's
+# rows are split over ranks (a refill round of one group puts 2 rows on each of 2 ranks).
+COMPLETIONS = {"1+1=": ["2", "2 a"], "2+3=": ["5 x", "3"], "4+4=": ["8", "1 x"], "3+5=": ["9", "8 y"]}
+SCENARIOS = {
+    "masking": {"prompts": ["1+1=", "2+3="], "config": {}, "reward": answer_reward},
+    "masking_exclude": {
+        "prompts": ["1+1=", "2+3="],
+        "config": {"zero_std_normalization": "exclude"},
+        "reward": answer_reward,
+    },  # fmt: skip
+    "dynamic": {
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "max_steps": 2},
+        "reward": answer_reward,
+    },
+    "dynamic_cap": {
+        "prompts": list(COMPLETIONS),
+        "config": {"dynamic_sampling": True, "dynamic_sampling_max_rounds": 3},
+        "reward": constant_reward,
+    },
+    "skipping": {
+        "prompts": list(COMPLETIONS),
+        "config": {
+            "dynamic_sampling": True,
+            "skip_zero_std_prompts": True,
+            "skip_predictor": "streak",
+            "max_steps": 3,
+        },
+        "reward": answer_reward,
+    },
+    "skipping_empty": {  # skip_refill=False: a skipped prompt's place stays an empty slot
+        "prompts": list(COMPLETIONS),
+        "config": {
+            "skip_zero_std_prompts": True,
+            "skip_predictor": "streak",
+            "skip_refill": False,
+            "max_steps": 6,
+        },
+        "reward": answer_reward,
+    },
+}
+# the train set as an IterableDataset: histories keyed by hashed prompts
+SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
+
+
+def completions_for(prompts):
+    """Rank-independent: the i-th row of a prompt in this call gets COMPLETIONS[prompt][i % 2]."""
+    seen, texts = {}, []
+    for prompt in prompts:
+        texts.append(COMPLETIONS[prompt][seen.get(prompt, 0) % 2])
+        seen[prompt] = seen.get(prompt, 0) + 1
+    return texts
+
+
+def force_cpu_fsdp():
+    """Test harness: accelerate (1.15) enables FSDP only from a GPU-like distributed type, so under ``use_cpu`` an FSDP
+    config silently runs as DDP (``MULTI_CPU``). PyTorch's FSDP2 itself shards over gloo on CPU; switching
+    accelerate's state to FSDP when the launch asked for it makes the trainer wrap the model with FSDP2."""
+    import accelerate.state
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    init = accelerate.state.AcceleratorState.__init__
+
+    def init_with_fsdp(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.distributed_type == DistributedType.MULTI_CPU and os.environ.get("ACCELERATE_USE_FSDP") == "true":
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = getattr(self, "fsdp_plugin", None) or FullyShardedDataParallelPlugin()
+        if self.distributed_type == DistributedType.MULTI_CPU and os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+            from accelerate.utils import DeepSpeedPlugin
+
+            plugin = DeepSpeedPlugin()
+            plugin.set_mixed_precision("no")
+            plugin.select(_from_accelerator_state=True)
+            self.distributed_type, self.deepspeed_plugins = DistributedType.DEEPSPEED, plugin
+
+    accelerate.state.AcceleratorState.__init__ = init_with_fsdp
+
+
+def whole_parameters(model):
+    """A context in which every parameter is whole: ZeRO-3 partitions them from construction on (gathered here, every
+    rank calls; rank 0's changes are kept)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0)
+
+
+def checksum(model):
+    """Sum of every parameter, whole: FSDP2's DTensor shards and ZeRO-3's partitions are gathered (all ranks call)."""
+    with whole_parameters(model):
+        return sum(
+            (p.full_tensor() if hasattr(p, "full_tensor") else p).double().sum().item() for p in model.parameters()
+        )
+
+
+def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", skip="skip"):
+    trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
+    setup = SCENARIOS[scenario]
+    if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+        force_cpu_fsdp()
+    settings = dict(
+        output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
+        num_generations=4, max_completion_length=6, beta=0.1, learning_rate=1e-2, max_steps=1, logging_steps=1,
+        save_strategy="no",
+        report_to="none", use_cpu=True, bf16=False, seed=0,
+    )  # fmt: skip
+    tokenizer = build_tokenizer()
+    settings = {**settings, **setup["config"]}
+    if trainer == "ours":
+        settings["skip_masked_rows"] = skip == "skip"
+    else:
+        settings = {key: value for key, value in settings.items() if key not in ZERO_STD_FIELDS}
+    dataset = Dataset.from_dict({"prompt": setup["prompts"]})
+    trainer = trainer_cls(
+        model=model_dir,
+        reward_funcs=setup["reward"],
+        args=config_cls(**settings),
+        train_dataset=dataset.to_iterable_dataset() if setup.get("streaming") else dataset,
+        processing_class=tokenizer,
+    )
+    stub_generation(trainer, completions_for)
+    with torch.no_grad(), whole_parameters(trainer.model):  # policy != reference, so the KL gradient is non-zero
+        move_policy_away(trainer.model)
+    trained_rows = []
+
+    def record(output):
+        texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
+        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        for prompt, text, advantage, tokens in zip(
+            prompts, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
+        ):
+            trained_rows.append({"prompt": prompt, "completion": text, "advantage": advantage, "tokens": tokens})
+        return output
+
+    generate_and_score = trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: record(generate_and_score(inputs))
+    before = checksum(trainer.model)
+    trainer.train()
+    rank = distributed.get_rank() if distributed.is_initialized() else 0
+    result = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "rows": trained_rows,
+        "checksum_before": before,
+        "checksum": checksum(trainer.model),
+        "sharded": any(hasattr(p, "full_tensor") for p in trainer.model.parameters()),  # FSDP2's DTensor shards
+        "distributed_type": str(trainer.accelerator.distributed_type),
+    }
+    skipper = trainer.zero_std.skipper if isinstance(trainer, ZeroStdAdapter) else None  # TRL's own: no skipper
+    if skipper is not None:
+        slots = range(len(skipper.history.kind))
+        if skipper.hashed is not None:  # the slots in use, by the key that holds each
+            slots = skipper.hashed.keys.nonzero().view(-1).tolist()
+            result["skip_keys"] = skipper.hashed.keys[slots].tolist()
+        result["skip_history"] = {
+            "kind": skipper.history.kind[slots].tolist(),
+            "streak": skipper.history.streak[slots].tolist(),
+        }
+        result["explore_probs"] = skipper.predictor.explore.state_dict()
+    if rank == 0:
+        result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(result, f)
+    return trainer.accelerator
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    accelerator = main(*sys.argv[1:])
+    if os.environ.get("ZEROSTD_WORKER_END_RUN", "1") == "1":  # "0": a user's script, ended by our exit handler
+        end_run(accelerator)

@@ -1,0 +1,99 @@
+"""Two-process data-parallel training on CPU (gloo) gives the rows, advantages and metrics of one process.
+
+Launched as users launch it: ``accelerate launch --multi_gpu --num_processes 2`` with ``use_cpu=True`` in the
+training config (``tests/launch/dp_worker.py``). The global batch is two groups of 4, one per rank at first.
+"""
+
+import json
+import os
+
+import pytest
+
+from tests.launch.dp_worker import SCENARIOS
+from tests.launch.dp_worker import main as run_worker
+from tests.support.launching import DP_WORKER, by_row, run_from_root, two_process_command
+from trl_zerostd.skipping import Outcome, history_key
+
+TIMEOUT_S = 300
+
+
+def launch(model_dir, out_dir, kind, scenario, num_processes=2, end_run=True):
+    """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results. Without
+    ``end_run`` the worker ends as a user's script would, the trainer's exit handler alone ending the group."""
+    out_dir.mkdir()
+    if num_processes == 1:
+        run_worker(model_dir, str(out_dir), kind, scenario)
+    else:
+        assert num_processes == 2
+        command = two_process_command(DP_WORKER, model_dir, str(out_dir), kind, scenario)
+        env = {**os.environ, "ZEROSTD_WORKER_END_RUN": "1" if end_run else "0"}
+        done = run_from_root(command, timeout=TIMEOUT_S, env=env)
+        assert done.returncode == 0, done.stderr[-4000:]
+    results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
+    assert [r["world_size"] for r in results] == [num_processes] * num_processes
+    assert len({r["checksum"] for r in results}) == 1  # the replicas stayed in sync
+    return results
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+@pytest.mark.parametrize("scenario", ["masking", "masking_exclude"])
+def test_two_processes_match_one(tiny_model_dir, tmp_path, kind, scenario):
+    """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes; under
+    "exclude" each rank still hands TRL's loss as many rows (it gathers one value per row across ranks)."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", kind, scenario)
+    assert {row["prompt"] for row in ranks[0]["rows"]} != {row["prompt"] for row in ranks[1]["rows"]}
+    single = launch(tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
+    assert by_row(ranks) == by_row(single)  # advantages bit-identical
+    tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
+    assert tied and all(row["tokens"] == 0 and row["advantage"] == 0.0 for row in tied)
+    for key in ("zero_std/masked_group_frac", "zero_std/masked_token_frac", "masked/row_frac/zero_std"):
+        assert ranks[0]["logs"][0][key] == pytest.approx(single[0]["logs"][0][key]), key
+    assert single[0]["logs"][0]["zero_std/masked_group_frac"] == 0.5
+
+
+def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
+    """Same rounds, same groups kept, same rows and advantages on 2 ranks as on one; no trained group is tied."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
+    assert by_row(ranks) == by_row(single)
+    assert all(row["tokens"] > 0 for row in single[0]["rows"]) and "1+1=" not in {
+        r["prompt"] for r in single[0]["rows"]
+    }
+    rounds = [[entry["dynamic_sampling/rounds"] for entry in result[0]["logs"]] for result in (ranks, single)]
+    assert rounds[0] == rounds[1] and max(rounds[1]) >= 2  # a refill happened
+    assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+
+
+@pytest.mark.parametrize("num_processes", [1, 2])
+def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir, tmp_path, num_processes):
+    """Every group zero-variance: 3 rounds, then the batch trains masked; no rank hangs, no parameter moves."""
+    results = launch(tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes)
+    for result in results:
+        assert result["checksum"] == result["checksum_before"]
+    assert results[0]["logs"][0]["dynamic_sampling/cap_reached"] == 1.0
+    assert results[0]["logs"][0]["dynamic_sampling/rounds"] == 3
+
+
+@pytest.mark.parametrize("scenario", ["skipping", "skipping_empty", "skipping_streaming"])
+def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scenario):
+    """Every rank records the same outcome per prompt and takes the same skip decisions as one process (a streaming
+    dataset: every rank reads the same rows and keys their histories by the same hashes)."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", scenario, end_run=False)
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
+    assert by_row(ranks) == by_row(single)
+    for result in ranks:
+        assert result["skip_history"] == single[0]["skip_history"]
+        assert result.get("skip_keys") == single[0].get("skip_keys")
+        assert result["explore_probs"] == single[0]["explore_probs"]
+    prompts = SCENARIOS[scenario]["prompts"]
+    if scenario == "skipping_streaming":  # the hashed slots in use, put back in the order of the prompts
+        order = [single[0]["skip_keys"].index(history_key(prompt)) for prompt in prompts]
+        single[0]["skip_history"]["kind"] = [single[0]["skip_history"]["kind"][i] for i in order]
+    kinds = dict(zip(prompts, single[0]["skip_history"]["kind"], strict=True))
+    assert kinds["1+1="] == Outcome.ALL_HIGH  # drawn at least once in 3 steps, always all right
+    assert {kinds[p] for p in ("2+3=", "4+4=", "3+5=")} == {Outcome.INFORMATIVE}
+    drawn = [entry["prompt_skip/prompts_drawn"] for entry in ranks[0]["logs"]]
+    assert drawn == [entry["prompt_skip/prompts_drawn"] for entry in single[0]["logs"]]
+    if scenario == "skipping_empty":  # some places were left empty, the same on every rank and in one process
+        empty = [entry["prompt_skip/empty_slot_frac"] for entry in ranks[0]["logs"]]
+        assert sum(empty) > 0 and empty == [entry["prompt_skip/empty_slot_frac"] for entry in single[0]["logs"]]

@@ -1,0 +1,45 @@
+"""Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint`` is the
+run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
+drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
+``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset, and with the
+success-rate predictor (``tests/launch/resume_worker.py``). TRL's own trainer is the control.
+"""
+
+import json
+
+import pytest
+
+from tests.support.launching import RESUME_WORKER, one_process_command, run_from_root, two_process_command
+
+TIMEOUT_S = 300
+
+
+def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
+    args = [model_dir, str(run_dir), mode, kind, *([str(killed_run_dir)] if killed_run_dir else [])]
+    command = (two_process_command if processes == 2 else one_process_command)(RESUME_WORKER, *args)
+    return run_from_root(command, timeout=TIMEOUT_S)
+
+
+@pytest.mark.parametrize(
+    ("kind", "processes"),
+    [("ours", 1), ("ours", 2), ("ours-streaming", 1), ("ours-streaming", 2), ("ours-rate", 1), ("ours-rate", 2),
+     ("base", 1)],
+)  # fmt: skip
+def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, tmp_path, kind, processes):
+    full = run_worker(tiny_model_dir, tmp_path / "full", "full", kind, processes)
+    assert full.returncode == 0, full.stderr[-4000:]
+    killed = run_worker(tiny_model_dir, tmp_path / "killed", "kill", kind, processes)
+    assert killed.returncode != 0  # it died at the checkpoint, as a crashed job would
+    assert (tmp_path / "killed" / "checkpoint-3").is_dir() and not (tmp_path / "killed" / "result.json").exists()
+    resumed = run_worker(tiny_model_dir, tmp_path / "resumed", "resume", kind, processes, tmp_path / "killed")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+
+    expected = json.loads((tmp_path / "full" / "result.json").read_text())
+    actual = json.loads((tmp_path / "resumed" / "result.json").read_text())
+    assert [step["step"] for step in expected["steps"]] == [1, 2, 3, 4, 5, 6]
+    assert actual["steps"] == expected["steps"]  # steps 1-3 from the checkpoint, 4-6 trained again
+    assert actual["parameters"] == expected["parameters"]
+    if kind != "base":  # the features whose state the checkpoint carries were at work after it
+        after = expected["steps"][3:]
+        assert all(step["dynamic_sampling/rounds"] >= 1 for step in after)
+        assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0

@@ -1,0 +1,47 @@
+"""How the multi-process tests start their workers: as modules (``accelerate launch ... -m tests.launch.dp_worker``,
+``python -m tests.launch.resume_worker``), run from the repository root. ``python -m`` puts the directory it starts
+in first on ``sys.path``, so every process of a launch imports ``tests.support``, ``examples`` and this checkout's
+``trl_zerostd`` with no path set up; the scripts of ``examples/`` and ``benchmarks/`` run the same way."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DP_WORKER = "tests.launch.dp_worker"
+RESUME_WORKER = "tests.launch.resume_worker"
+VLLM_WORKER = "tests.launch.vllm_worker"
+
+
+def free_port() -> str:
+    """A port no other launch holds (a fixed one can still be in use by the previous launch's rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def one_process_command(module: str, *args: str) -> list[str]:
+    """``python -m module args``: one process, no launcher."""
+    return [sys.executable, "-m", module, *args]
+
+
+def two_process_command(module: str, *args: str) -> list[str]:
+    """``accelerate launch -m module args`` over 2 CPU processes (gloo), on a free port."""
+    return [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
+        "-m", module, *args,
+    ]  # fmt: skip
+
+
+def run_from_root(command: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``command`` from the repository root (where its ``-m`` module resolves), its output captured."""
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+def by_row(results):
+    """Every rank's trained rows, ``(prompt, completion, advantage, tokens)``, sorted: the batch whatever the split."""
+    return sorted((r["prompt"], r["completion"], r["advantage"], r["tokens"]) for res in results for r in res["rows"])

@@ -1,0 +1,507 @@
+"""A short pass of hand mutations over the pure core and the trainer plumbing: each must make a test fail.
+
+    .venv/bin/python -m tests.tools.mutation_pass            # every mutation; prints killed / SURVIVED per mutation
+    .venv/bin/python -m tests.tools.mutation_pass core loss  # only those whose label contains "core" or "loss"
+
+Each mutation replaces one exact snippet of one file (it must occur exactly once), runs the test suite with -x
+(the fast files first), and restores the file. Not collected by pytest (no test_ prefix).
+
+Equivalent mutants, left out because no test can tell them apart (the behaviour is the same):
+- ``(count < 2) |`` in ``core.zero_std_groups``: with 0 or 1 valid rows the spread over them is ``-inf`` or 0, already
+  at most ``atol``; the clause stays for the reader.
+- ``(count > 0) &`` in ``core.tied_groups``: a group with no valid row has ``high = -inf``, never within ``atol``.
+- ``.masked_fill(~stat_rows, 0.0)`` in ``estimators._finish``: rows outside ``stat_rows`` are NaN before every
+  statistic, so ``nan_to_num`` already zeroes them; the fill states the contract.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_ORDER = [
+    "tests/unit/test_core.py", "tests/unit/test_estimators.py", "tests/unit/test_sampling.py",
+    "tests/unit/test_predictors.py", "tests/unit/test_success_rate.py", "tests/unit/test_skipping.py",
+    "tests/unit/test_monitor.py",
+    "tests/trainer/test_grpo.py", "tests/trainer/test_rloo.py", "tests/trainer/test_adapter.py",
+    "tests/trainer/test_dynamic_sampling.py", "tests/trainer/test_prompt_skipping.py",
+    "tests/trainer/test_empty_slots.py", "tests/trainer/test_refill_inputs.py",
+    "tests/unit/test_config.py", "tests/unit/test_state.py", "tests/trainer/test_resume_settings.py",
+    "tests/launch/test_killed_and_resumed.py", "tests/launch/test_distributed.py",
+]  # fmt: skip
+
+MUTATIONS = [  # (label, file, original, mutant)
+    ("core: spread strictly below atol", "core.py", "((high - low) <= atol)", "((high - low) < atol)"),
+    (
+        "core: truncated rows masked as ours",
+        "core.py",
+        "role[truncated] = RowRole.TRL_MASKED",
+        "role[truncated] = RowRole.OUT",
+    ),
+    (
+        "core: invalid rows of a tied group masked as zero_std",
+        "core.py",
+        "zero_std = expand_groups(zero_groups, num_generations) & valid",
+        "zero_std = expand_groups(zero_groups, num_generations)",
+    ),
+    (
+        "core: masked rows stay in the statistics",
+        "core.py",
+        "stat_rows=trainable if exclude_masked_from_baseline else ~(unscorable | empty)",
+        "stat_rows=~(unscorable | empty)",
+    ),
+    (
+        "core: keep_failed keeps the all-correct groups",
+        "core.py",
+        '"keep_failed": low_tied',
+        '"keep_failed": high_tied',
+    ),
+    (
+        "core: reward range keeps the max as low end",
+        "core.py",
+        "return min(reward_range[0], low), max(reward_range[1], high)",
+        "return max(reward_range[0], low), max(reward_range[1], high)",
+    ),
+    (
+        "core: scoring forward may forward zero rows",
+        "core.py",
+        "count = max(int(needed.sum(dim=1).max()), 1)",
+        "count = int(needed.sum(dim=1).max())",
+    ),
+    (
+        "core: scoring forward picks the rows not needed",
+        "core.py",
+        "torch.argsort((~needed[rank]).int(), stable=True)",
+        "torch.argsort(needed[rank].int(), stable=True)",
+    ),
+    (
+        "core: exclude drops TRL's own masked rows",
+        "core.py",
+        "else role > RowRole.OUT",
+        "else role >= RowRole.KL_ONLY",
+    ),
+    (
+        "core: exclude keeps no row when all are masked",
+        "core.py",
+        "padding = max(rows or 1, int(keep.sum()), 1) - int(keep.sum())",
+        "padding = max(rows or 0, int(keep.sum())) - int(keep.sum())",
+    ),
+    ("core: truncation test inverted", "core.py", "ids[-1] not in stop", "ids[-1] in stop"),
+    (
+        "core: NaN sampling log-probs reject",
+        "core.py",
+        "torch.nan_to_num((old_logps - sampling_logps) * loss_mask, nan=0.0)",
+        "((old_logps - sampling_logps) * loss_mask)",
+    ),
+    (
+        "estimators: masked rows enter GRPO's group statistics",
+        "estimators.py",
+        'rewards = (rewards_per_func * weights).nansum(dim=1).masked_fill(~stat_rows, float("nan"))',
+        "rewards = (rewards_per_func * weights).nansum(dim=1)",
+    ),
+    (
+        "estimators: RLOO baseline over the whole group",
+        "estimators.py",
+        "baselines = ((sums - group_rewards) / (counts - 1)).view(-1)",
+        "baselines = ((sums - group_rewards) / counts).view(-1)",
+    ),
+    (
+        "sampling: refill ignores the informative rate",
+        "sampling.py",
+        "groups = min(math.ceil(missing / rate), MAX_ROUND_BATCHES * batch_groups)",
+        "groups = min(missing, MAX_ROUND_BATCHES * batch_groups)",
+    ),
+    (
+        "sampling: surplus informative groups kept over masked ones",
+        "sampling.py",
+        "order = torch.cat([informative.nonzero().view(-1), (~informative).nonzero().view(-1)])",
+        "order = torch.arange(len(informative))",
+    ),
+    (
+        "sampling: the stream does not reshuffle passes",
+        "sampling.py",
+        "self.seed + STREAM_SEED_OFFSET + self.epoch",
+        "self.seed + STREAM_SEED_OFFSET",
+    ),
+    ("adapter: masked rows keep their advantage", "_adapter.py", ").masked_fill(plan.masked, 0.0)", ")"),
+    (
+        "adapter: tool_mask of masked rows not zeroed",
+        "_adapter.py",
+        '            output["tool_mask"] = output["tool_mask"] * forwarded\n',
+        "            pass\n",
+    ),
+    (
+        "adapter: exclude keeps TRL's num_items_in_batch",
+        "_adapter.py",
+        'output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])',
+        "pass",
+    ),
+    (
+        "adapter: scoring forwards forward every row",
+        "_adapter.py",
+        "            batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)\n",
+        "            pass\n",
+    ),
+    (
+        "adapter: truncation masked without mask_truncated_completions",
+        "_generation.py",
+        "& bool(self.mask_truncated_completions)",
+        "",
+    ),
+    (
+        "adapter: the completions table keeps TRL's advantages",
+        "_trl.py",
+        "    logged.extend(advantages.tolist())\n",
+        "    pass\n",
+    ),
+    (
+        "loss: a MoE aux loss of an all-masked rank keeps its weight",
+        "_loss.py",
+        "        aux_loss = 0.0 * aux_loss\n",
+        "        pass\n",
+    ),
+    (
+        "loss: KL-only rows get an entropy bonus",
+        "_loss.py",
+        "torch.where(kl_only, entropies.detach(), entropies)",
+        "entropies",
+    ),
+    (
+        "loss: exclude drops nothing",
+        "_adapter.py",
+        "        if len(kept) < len(role):\n",
+        "        if False:\n",
+    ),
+    (
+        "loss: untrained steps counted as trained",
+        "_adapter.py",
+        '"zero_std/untrained_step_frac": float(total == 0)',
+        '"zero_std/untrained_step_frac": float(total != 0)',
+    ),
+    (
+        "grpo: placeholders keep TRL's reference log-probs",
+        "grpo.py",
+        'role < core.RowRole.KL_ONLY, call.fill_logps, inputs["ref_per_token_logps"]',
+        'role < 0, call.fill_logps, inputs["ref_per_token_logps"]',
+    ),
+    (
+        "grpo: bnpo keep loses the masked rows' tokens",
+        "grpo.py",
+        'if self.loss_type == "bnpo" and self.zero_std.settings.zero_std_normalization == "keep":',
+        "if False:",
+    ),
+    (
+        "grpo: entropy quantile over every row",
+        "grpo.py",
+        "            mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)\n",
+        "            pass\n",
+    ),
+    (
+        "rloo: masked rows keep their old_logps",
+        "rloo.py",
+        'output["old_logps"] = output["old_logps"].masked_fill(role < core.RowRole.KL_ONLY, 0.0)',
+        "pass",
+    ),
+    (
+        "rloo: rows in the statistics skip the scoring forwards",
+        "rloo.py",
+        "return plan.forwarded | plan.stat_rows",
+        "return plan.forwarded",
+    ),
+    (
+        "skipping: a new outcome does not restart the streak",
+        "predictors.py",
+        "if same else 1",
+        "if same else int(self.streak[row]) + 1",
+    ),
+    (
+        "skipping: no floor on the draw probability",
+        "predictors.py",
+        "return probs.clamp(min=self.min_draw_prob)",
+        "return probs",
+    ),
+    (
+        "skipping: p moves away from the target",
+        "predictors.py",
+        "(EXPLORE_STEP if share <= self.target / 2 else -EXPLORE_STEP)",
+        "(-EXPLORE_STEP if share <= self.target / 2 else EXPLORE_STEP)",
+    ),
+    ("skipping: skipped prompts not counted", "sampling.py", "skipped += seen - len(places)", "skipped += 0"),
+    (
+        "refill: prompts not prepared by TRL",
+        "_generation.py",
+        "        batch = self._generation_batch\n        batch.phase = Phase.PREPARE\n",
+        "        return [row['prompt'] for row in rows]\n",
+    ),
+    (
+        "loss: image fields not split per row",
+        "_loss.py",
+        'images = fields.get("pixel_values") is not None and fields.get("num_images") is not None',
+        "images = False",
+    ),
+    (
+        "skipping: a hashed collision applies another prompt's history",
+        "skipping.py",
+        "return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)",
+        "return probs",
+    ),
+    (
+        "skipping: the prior is not applied to prompts never drawn",
+        "predictors.py",
+        "torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)",
+        "probs",
+    ),
+    (
+        "skipping: the prior's counts never decay",
+        "predictors.py",
+        "self.counts *= PRIOR_DECAY",
+        "self.counts *= 1.0",
+    ),
+    (
+        "skipping: the prior's rates not relative to the best group's",
+        "predictors.py",
+        "relative = rate / best if best > 0 else torch.ones_like(rate)",
+        "relative = rate",
+    ),
+    (
+        "skipping: the prior's counts not restored",
+        "predictors.py",
+        'self.prior.counts = state["prior"]["counts"].to(torch.float64)',
+        "pass",
+    ),
+    (
+        "refill: skip_prior_key not passed to the skipper",
+        "state.py",
+        "prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],",
+        "prior_groups=None,",
+    ),
+    (
+        "skipping: controller steered by one batch's share",
+        "predictors.py",
+        "SHARE_DECAY = 0.9",
+        "SHARE_DECAY = 0.0",
+    ),
+    (
+        "refill: outcomes never recorded",
+        "refill.py",
+        "            metrics.update(self._record_outcomes(pool, reward_range))\n",
+        "            pass\n",
+    ),
+    (
+        "refill: a tied screen is completed",
+        "refill.py",
+        "                        if passes:\n",
+        "                        if True:\n",
+    ),
+    (
+        "refill: a tied screen not in the skip history",
+        "refill.py",
+        "        if pool.tied_screens:\n",
+        "        if False:\n",
+    ),
+    (
+        "sampling: screens sized without the pass rate",
+        "sampling.py",
+        "prompts = min(math.ceil(missing / max(passed / screened, 1.0 / batch_groups)), budget)",
+        "prompts = min(missing, budget)",
+    ),
+    (
+        "sampling: screen continuations ignore the split over ranks",
+        "sampling.py",
+        "return min(math.ceil(missing / step) * step, waiting // step * step)",
+        "return min(math.ceil(missing / step) * step, waiting)",
+    ),
+    (
+        "skipping: invalid rows counted in a group's successes",
+        "skipping.py",
+        "level.masked_fill(~valid, 0.0)",
+        "level.nan_to_num(0.0)",
+    ),
+    (
+        "skipping: a prompt's earlier groups never fade",
+        "success_rate.py",
+        "SUCCESS_DECAY = 0.5",
+        "SUCCESS_DECAY = 1.0",
+    ),
+    (
+        "skipping: the success rate ignores its group's rate",
+        "success_rate.py",
+        "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]",
+        "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots",
+    ),
+    (
+        "skipping: a group's rate is the ratio of its decayed counts (no prior: a starved group stays starved)",
+        "success_rate.py",
+        "(successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)",
+        "torch.where(rows > 0, successes / rows.clamp(min=1e-12), 0.5)",
+    ),
+    (
+        "skipping: success-rate draws not relative to the best group",
+        "success_rate.py",
+        "return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)",
+        "return (self.informative_prob(slots) ** DRAW_POWER).clamp(min_draw_prob, 1.0)",
+    ),
+    (
+        "skipping: an evicted slot keeps its success rate",
+        "success_rate.py",
+        "        self.rates.clear(slots)\n",
+        "        pass\n",
+    ),
+    (
+        "skipping: success rates not restored",
+        "success_rate.py",
+        'self.rates.load_state_dict(state["rates"])',
+        "pass",
+    ),
+    (
+        "skipping: the informative share ignores its group's share",
+        "success_rate.py",
+        "share = self.shares.laplace_rates()[self.shares.groups[slots]]",
+        "share = 0.5 + 0 * self.shares.groups[slots]",
+    ),
+    (
+        "skipping: a level's informative share is the ratio of its decayed counts (no Laplace prior)",
+        "predictors.py",
+        "return (informative + 1) / (total + 2)",
+        "return informative / total.clamp(min=1e-12)",
+    ),
+    (
+        "skipping: an unfinished screen does not count toward its level's informative share",
+        "success_rate.py",
+        "counted = (rows > 0) | (outcomes == Outcome.INFORMATIVE)",
+        "counted = rows > 0",
+    ),
+    (
+        "refill: the skip_predictor setting not passed to the skipper",
+        "state.py",
+        'predictor = {"predictor": settings.skip_predictor, "group_size": num_generations}',
+        'predictor = {"predictor": "streak", "group_size": num_generations}',
+    ),
+    (
+        "monitor: stall needs one more step",
+        "monitor.py",
+        "if self.untrained_run >= self.patience:",
+        "if self.untrained_run > self.patience:",
+    ),
+    (
+        "sampling: a screen round screens for the missing groups the waiting prompts complete",
+        "sampling.py",
+        "    shortfall = missing - count\n",
+        "    shortfall = missing\n",
+    ),
+    (
+        "skipping: a batch's rewards do not widen the range its outcomes are decided by",
+        "skipping.py",
+        "low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)",
+        "low_high = reward_range or (0, 0)",
+    ),
+    (
+        "state: a resume under other stateful settings adopts them",
+        "state.py",
+        "        if refused:\n",
+        "        if False:\n",
+    ),
+    (
+        "config: zero_std_kl kept with beta=0",
+        "config.py",
+        'settings.zero_std_kl != "mask" and getattr(args, "beta", None) == 0.0:',
+        'settings.zero_std_kl != "mask" and False:',
+    ),
+    (
+        "core: a group tied at the one reward seen counts as failed",
+        "core.py",
+        "    if low is not None and high - low <= zero_std_atol:\n",
+        "    if False:\n",
+    ),
+    (
+        "config: a streak target set under another predictor is accepted",
+        "config.py",
+        'and settings.skip_predictor != "streak"',
+        "and False",
+    ),
+    (
+        "config: empty slots accepted under dynamic sampling",
+        "config.py",
+        "if not settings.skip_refill and settings.dynamic_sampling:",
+        "if False:",
+    ),
+    ("refill: skip_refill=False refills", "refill.py", "if self.settings.skip_refill:", "if True:"),
+    (
+        "refill: an empty slot keeps its copied group's rewards",
+        "refill.py",
+        "rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(",
+        "rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(False & ",
+    ),
+    (
+        "sampling: a step whose places are all skipped generates none",
+        "sampling.py",
+        "extra = count - int(drawn.sum())",
+        "extra = 0",
+    ),
+    (
+        "core: an empty slot counts as a zero-variance group",
+        "core.py",
+        "        zero_groups &= ~grouped(empty, num_generations).all(dim=1)\n",
+        "",
+    ),
+    (
+        "core: an empty slot in the row normalisers under keep",
+        "core.py",
+        "return role != RowRole.EMPTY if normalization",
+        "return role >= RowRole.EMPTY if normalization",
+    ),
+    (
+        "adapter: an empty slot's tokens in num_items_in_batch under keep",
+        "_adapter.py",
+        "else plan.generated",
+        "else plan.generated | True",
+    ),
+    (
+        "adapter: ranks hand TRL's loss different numbers of rows",
+        "_adapter.py",
+        "int(gather(needed).max())",
+        "int(needed.max())",
+    ),
+    (
+        "state: the batch does not widen the reward range",
+        "state.py",
+        "self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))",
+        "self.reward_range = self.reward_range",
+    ),
+]
+
+
+def run(label_filters: list[str]) -> int:
+    python = sys.executable
+    survivors = []
+    for label, name, original, mutant in MUTATIONS:
+        if label_filters and not any(part in label for part in label_filters):
+            continue
+        path = ROOT / "trl_zerostd" / name
+        source = path.read_text()
+        if source.count(original) != 1:
+            print(f"STALE   {label}: the snippet occurs {source.count(original)} times in {name}")
+            survivors.append(label)
+            continue
+        path.write_text(source.replace(original, mutant))
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *TEST_ORDER],
+                                  cwd=ROOT, capture_output=True, text=True, check=False)  # fmt: skip
+        finally:
+            path.write_text(source)
+        killed = done.returncode != 0
+        failed = next((line for line in done.stdout.splitlines() if line.startswith("FAILED")), "")
+        print(f"{'killed ' if killed else 'SURVIVED'} {label} ({time.perf_counter() - start:.0f} s) {failed[:120]}",
+              flush=True)  # fmt: skip
+        if not killed:
+            survivors.append(label)
+    print(f"{len(survivors)} survived: {survivors}")
+    return len(survivors)
+
+
+if __name__ == "__main__":
+    sys.exit(1 if run(sys.argv[1:]) else 0)

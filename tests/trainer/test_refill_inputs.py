@@ -1,0 +1,199 @@
+"""Refills of rows that carry more than a prompt: images (refilled rows keep them), streaming datasets (refills read
+the stream, the skip history is keyed by hashed prompts) and ``environment_factory`` episodes through TRL's tool
+loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.support.refill import DATA, DYNAMIC, EMPTY_SLOTS, group_prompts, tied_or_informative
+from tests.support.trainers import stub_generation, train_batch
+from trl_zerostd.skipping import Outcome, history_key
+
+# ---------------------------------------------------------------------------------------------------------------
+# Image inputs: refilled rows keep their images
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+@pytest.mark.parametrize("skipping", [False, True])
+def test_refilled_rows_keep_their_images(tiny_vlm, tmp_path, kind, skipping):
+    """Dynamic sampling (and prompt skipping) with images, each prompt its own: the tied group is replaced, and every
+    row that trains carries its own prompt's image into the training batch (the pixel values TRL's processor gives
+    that image alone), in both VLM layouts (one pixel row per image; patches flat with a grid per image)."""
+    from trl.trainer.utils import split_pixel_values_by_grid
+
+    from tests.support.trainers import prompt_image, vlm_batch, vlm_trainer
+
+    trainer = vlm_trainer(tiny_vlm, tmp_path, kind=kind, prompts=DATA, skip_zero_std_prompts=skipping, **DYNAMIC)
+    batch = vlm_batch(trainer, ["1+1=", "2+3="], lambda prompts: VLM_ANSWERS * (len(prompts) // 4))
+    tokenizer = trainer.processing_class.tokenizer
+    row_prompts = tokenizer.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    assert "1+1=" not in row_prompts and len(set(row_prompts)) == 2
+    assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] >= 2 or skipping
+    image_processor = trainer.processing_class.image_processor
+    per_row = split_pixel_values_by_grid(batch)["pixel_values"]
+    for prompt, pixels in zip(row_prompts, per_row, strict=True):
+        torch.testing.assert_close(pixels, image_processor(prompt_image(prompt), return_tensors="pt")["pixel_values"])
+
+
+VLM_ANSWERS = ["5 x", "4", "5", "2 yy"]  # the tiny VLM's reward: "1+1=" always right, else odd first character
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Streaming datasets: refills read the stream; the skip history is keyed by hashed prompts
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_streaming_refills_take_the_rows_that_follow_in_the_stream(make_trainer, kind):
+    """An IterableDataset (unshuffled): the refill rounds take the stream's rows in order, the tied group is
+    replaced, and the stream's position is the count of rows read (what a checkpoint stores)."""
+    trainer = make_trainer(kind, prompts=DATA, streaming=True, shuffle_dataset=False, **DYNAMIC)
+    batch = train_batch(trainer, ["1+1=", "2+3="], tied_or_informative)
+    assert group_prompts(trainer, batch) == ["2+3=", "2+3="]  # the dataloader's, then the stream's 2nd row
+    assert trainer.zero_std.refiller.stream.state_dict() == {"epoch": 0, "position": 2}  # round 2 read "1+1=", "2+3="
+    batch = train_batch(trainer, ["1+1=", "1+1="], tied_or_informative)
+    assert (
+        group_prompts(trainer, batch) == ["4+4=", "3+5="]
+        and trainer.zero_std.refiller.stream.state_dict()["position"] == 4
+    )
+
+
+@pytest.mark.parametrize("predictor", ["streak", "success_rate"])
+def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer, predictor):
+    """Prompt skipping on a stream: outcomes are recorded under the hashed prompt, so a later draw of the same text
+    (another pass, or a duplicate row) is skipped by them; nothing is indexed by row."""
+    trainer = make_trainer(
+        prompts=DATA, streaming=True, shuffle_dataset=False, skip_zero_std_prompts=True, skip_predictor=predictor,
+        **DYNAMIC,
+    )  # fmt: skip
+    train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)  # the stream's first prompt, "1+1=", is tied
+    skipper = trainer.zero_std.skipper
+    assert skipper.hashed is not None and skipper.slots is None
+    key = torch.tensor([history_key("1+1=")])
+    assert bool(skipper.hashed.known(key)) and skipper.draw_prob(key).item() < 1.0
+    assert skipper.history.kind[skipper.hashed.slots(key)].item() == int(Outcome.ALL_HIGH)
+    if predictor == "success_rate":
+        slot = skipper.hashed.slots(key)
+        assert skipper.predictor.rates.successes[slot].item() == skipper.predictor.rates.rows[slot].item() == 4.0
+    assert trainer._metrics["train"]["prompt_skip/hash_evictions"][-1] == 0
+
+
+def test_streaming_empty_slots_skip_the_hashed_prompt_and_train_the_rest(make_trainer):
+    """skip_refill=False on a stream: "1+1=" (the stream's first row, hashed) is skipped and its place stays empty;
+    "2+3=" generates and trains; the stream moved by the batch's two places."""
+    trainer = make_trainer(prompts=DATA, streaming=True, shuffle_dataset=False, **EMPTY_SLOTS)
+    tied = history_key("1+1=")
+    trainer.zero_std.skipper.draw_prob = lambda keys: (keys != tied).double()
+    batch = train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)
+    assert group_prompts(trainer, batch)[1] == "2+3=" and not batch["completion_mask"][:4].any()
+    assert batch["completion_mask"][4:].sum() > 0 and trainer.zero_std.refiller.stream.state_dict()["position"] == 2
+    assert trainer._metrics["train"]["prompt_skip/empty_slot_frac"][-1] == 0.5
+
+
+def test_streaming_skipping_names_a_missing_key_field(make_trainer):
+    trainer = make_trainer(
+        prompts=DATA, streaming=True, skip_zero_std_prompts=True, skip_history_key="level", **DYNAMIC
+    )
+    with pytest.raises(ValueError, match="'level' field of each streamed row"):
+        train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# environment_factory: episodes through TRL's tool loop, refilled
+# ---------------------------------------------------------------------------------------------------------------
+
+TASKS = ["win", "lose", "coin", "coin2"]  # "win": always solved, "lose": never (tied groups); "coin*": half the rows
+
+
+class SubmitEnvironment:
+    """One episode per rollout: the prompt gets the task as an observation; the model calls ``submit``; the reward is
+    whether the answer (always 5) was right. Which rows submit what is set by the stubbed generation, per task."""
+
+    def reset(self, **row) -> str:
+        self.task, self.solved = row["task"], False
+        return f" [{row['task']}]"
+
+    def submit(self, answer: int) -> str:
+        """Submit the final answer.
+
+        Args:
+            answer: The answer to the task.
+        """
+        self.solved = answer == 5
+        return "ok"
+
+    def get_reward(self) -> float:
+        return float(self.solved)
+
+
+def submit_calls(prompts: list[str]) -> list[str]:
+    """The stubbed model: a tool call whose answer is right on "win" rows, wrong on "lose" rows, right on every
+    other "coin" row; after the tool's response, "done". A prompt without an observation has no task: an error."""
+    completions = []
+    for i, prompt in enumerate(prompts):
+        if '"arguments": {"answer"' in prompt:  # the tool loop's continuation after the tool's response
+            completions.append("done")
+            continue
+        task = next(task for task in ("coin2", "coin", "win", "lose") if f"[{task}]" in prompt)
+        answer = 5 if task == "win" or (task.startswith("coin") and i % 2) else 4
+        completions.append(f'<tool_call>\n{{"name": "submit", "arguments": {{"answer": {answer}}}}}\n</tool_call>')
+    return completions
+
+
+@pytest.mark.parametrize("skipping", [False, True])
+def test_environment_episodes_refill_with_their_environments(tiny_tool_model_dir, tmp_path, skipping):
+    """environment_factory with dynamic sampling (and prompt skipping): the refill rounds' prompts get their
+    environment's observation, each rollout's tool call reaches its own environment, and the batch that trains holds
+    the informative "coin" groups only, with the environment's rewards."""
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerFast
+
+    from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"task {t}"}] for t in TASKS], "task": TASKS})
+    args = ZeroStdGRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=96,
+        max_steps=1, report_to="none", use_cpu=True, bf16=False, seed=0, shuffle_dataset=False,
+        skip_zero_std_prompts=skipping, **DYNAMIC,
+    )  # fmt: skip
+    trainer = ZeroStdGRPOTrainer(
+        model=tiny_tool_model_dir, reward_funcs=[], args=args, train_dataset=dataset,
+        processing_class=PreTrainedTokenizerFast.from_pretrained(tiny_tool_model_dir),
+        environment_factory=SubmitEnvironment,
+    )  # fmt: skip
+    stub_generation(trainer, submit_calls)
+    trainer.model.train()
+    rows = [dict(dataset[i]) for i in (0, 1) for _ in range(4)]  # "win" and "lose": both tied
+    batch = trainer._generate_and_score_completions(rows)
+    prompts = trainer.processing_class.batch_decode(batch["prompt_ids"], skip_special_tokens=True)
+    assert all("[coin" in prompt for prompt in prompts)
+    assert trainer._metrics["train"]["zero_std/masked_group_frac"][-1] == 0.0
+    rewards = trainer._metrics["train"]["rewards/SubmitEnvironment/mean"][-1]
+    assert rewards == 0.5 and (batch["advantages"] != 0).all()
+    assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] >= 2 or skipping
+
+
+def test_prompt_skipping_refuses_an_environment_that_makes_every_prompt(tiny_tool_model_dir, tmp_path):
+    """With no train_dataset the environment's reset() makes every prompt (TRL fills in placeholder rows): there is
+    no prompt to keep a history of, and the error says so; dynamic sampling alone is accepted."""
+    from transformers import PreTrainedTokenizerFast
+
+    from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+
+    def build(**features):
+        args = ZeroStdGRPOConfig(
+            output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_steps=1,
+            report_to="none", use_cpu=True, bf16=False, **features,
+        )  # fmt: skip
+        return ZeroStdGRPOTrainer(
+            model=tiny_tool_model_dir, reward_funcs=[], args=args,
+            processing_class=PreTrainedTokenizerFast.from_pretrained(tiny_tool_model_dir),
+            environment_factory=SubmitEnvironment,
+        )  # fmt: skip
+
+    assert build(dynamic_sampling=True).zero_std.skipper is None
+    with pytest.raises(ValueError, match="skip_zero_std_prompts needs a train_dataset that names its prompts"):
+        build(dynamic_sampling=True, skip_zero_std_prompts=True)

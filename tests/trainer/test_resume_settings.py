@@ -1,0 +1,53 @@
+"""What a resume may change: a setting of an object that carries state is refused by name, one that decides only how
+each batch trains is allowed with a notice, and TRL's own checkpoint resumes with our features starting fresh. (The
+state itself: ``tests/unit/test_state.py``; a killed run resumed: ``tests/launch/test_killed_and_resumed.py``.)"""
+
+import pytest
+
+
+def resume_warnings(trainer, checkpoint, caplog) -> list[str]:
+    with caplog.at_level("WARNING", logger="trl_zerostd"):
+        trainer.train(resume_from_checkpoint=checkpoint)
+    return [r.getMessage() for r in caplog.records if r.name == "trl_zerostd"]
+
+
+def test_a_resume_refuses_a_changed_setting_of_an_object_with_state_naming_it(make_trainer, tmp_path, caplog):
+    """The prompt stream of dynamic sampling carries state across steps: a resume without it is refused, naming it
+    (and only it: zero_std_kl, changed too, decides only how each batch trains); the same settings resume silently."""
+    run_dir = str(tmp_path / "run")
+    settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True)
+    make_trainer(**settings).train()
+    checkpoint = f"{run_dir}/checkpoint-1"
+    other = make_trainer(**{**settings, "max_steps": 2, "dynamic_sampling": False, "zero_std_kl": "keep_failed"})
+    with pytest.raises(ValueError, match="dynamic_sampling: this run False, the checkpoint True") as refused:
+        other.train(resume_from_checkpoint=checkpoint)
+    assert "zero_std_kl: this run" not in str(refused.value)
+    same = make_trainer(**{**settings, "max_steps": 2})
+    assert resume_warnings(same, checkpoint, caplog) == []
+    assert same.state.global_step == 2
+
+
+def test_a_resume_may_change_how_each_batch_trains_and_says_so_once(make_trainer, tmp_path, caplog):
+    """The stall advice's remedy (zero_std_kl='keep_failed') and the other settings that hold no state may change on
+    resume, with dynamic sampling and prompt skipping on; one warning names each change."""
+    run_dir = str(tmp_path / "run")
+    settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True,
+                    skip_zero_std_prompts=True)  # fmt: skip
+    make_trainer(**settings).train()
+    changed = dict(zero_std_kl="keep_failed", zero_std_normalization="exclude", skip_masked_rows=False)
+    resumed = make_trainer(**{**settings, **changed, "max_steps": 2})
+    warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
+    assert resumed.state.global_step == 2
+    assert len(warnings) == 1
+    for name, value in changed.items():
+        assert f"{name}: the checkpoint" in warnings[0] and f"this run {value!r}" in warnings[0]
+
+
+def test_a_trl_checkpoint_resumes_with_skipping_and_dynamic_sampling_starting_fresh(make_trainer, tmp_path, caplog):
+    """TRL's own checkpoint has no state of ours: the stream and the skip histories start fresh, said once."""
+    run_dir = str(tmp_path / "run")
+    make_trainer(ours=False, output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1).train()
+    resumed = make_trainer(max_steps=2, dynamic_sampling=True, skip_zero_std_prompts=True)
+    warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
+    assert resumed.state.global_step == 2
+    assert len(warnings) == 1 and "dynamic_sampling and skip_zero_std_prompts start fresh" in warnings[0]

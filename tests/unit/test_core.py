@@ -1,0 +1,414 @@
+"""Tests of ``trl_zerostd/core.py``: groups, zero-variance decisions, the row plan and the rows each forward reads,
+on tensors, no trainer. Property tests draw batches with the strategies of ``tests/support/strategies.py``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.strategies import (
+    GRID,
+    PROPERTY,
+    SCALES,
+    Batch,
+    all_estimators,
+    batches,
+    bools,
+    expected_zero_std_groups,
+    row_values,
+)
+from trl_zerostd import core
+
+ROLE = core.RowRole
+
+# ----------------------------------------------------------------------------------------------------------------
+# 3. Permuting rows within a group permutes advantages and masks
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(data=st.data())
+def test_permuting_rows_within_groups_permutes_everything(data):
+    """Shuffle rows inside each group: masks permute exactly, advantages permute (up to summation order).
+
+    float64 on quarter-grid rewards: the permutation changes the order of the variance sums, so results may differ
+    in the last ulp, which a near-zero std (+1e-4) could magnify; in float64 that stays far below 1e-9.
+    """
+    batch = data.draw(batches(scales=GRID, dtype=torch.float64))
+    g = batch.num_generations
+    perm = torch.cat([start + torch.tensor(data.draw(st.permutations(range(g)))) for start in range(0, batch.n, g)])
+    truncated, rejected = bools(data.draw, batch.n), bools(data.draw, batch.n)
+    flags = {
+        "mask_zero_std_groups": data.draw(st.booleans()),
+        "zero_std_atol": data.draw(st.sampled_from([0.0, 1e-6, 0.25])),
+        "exclude_masked_from_baseline": data.draw(st.booleans()),
+    }
+    shuffled = Batch(batch.rewards_per_func[perm], batch.reward_weights, g, batch.kl[perm])
+
+    def pipeline(b, trunc, rej):
+        masks = core.decide_row_plan(
+            core.weighted_task_reward(b.rewards_per_func, b.reward_weights),
+            g,
+            truncated=trunc,
+            unscorable=core.unscorable_rows(b.rewards_per_func),
+            rejected=rej,
+            **flags,
+        )
+        return masks, all_estimators(b, masks.stat_rows)
+
+    masks, advantages = pipeline(batch, truncated, rejected)
+    masks_p, advantages_p = pipeline(shuffled, truncated[perm], rejected[perm])
+    assert torch.equal(masks_p.zero_std_groups, masks.zero_std_groups)
+    assert torch.equal(masks_p.trainable, masks.trainable[perm])
+    assert torch.equal(masks_p.stat_rows, masks.stat_rows[perm])
+    for reason in core.MASK_REASONS:
+        assert torch.equal(masks_p.reasons[reason], masks.reasons[reason][perm]), reason
+    for label in advantages:  # (a plain max-difference check: assert_close is slow at this many calls)
+        gap = (advantages_p[label] - advantages[label][perm]).abs().max().item()
+        assert gap <= 1e-9, (label, advantages_p[label], advantages[label][perm])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 5. Zero-variance groups and row masks
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(data=st.data(), atol=st.sampled_from([0.0, 1e-6, 0.25, 0.5, 1.0]))
+def test_zero_std_groups_matches_its_definition(data, atol):
+    """True iff the group has < 2 valid non-NaN rows or their max - min <= atol; invalid/NaN rows do not count."""
+    batch = data.draw(batches())
+    rewards = batch.rewards_per_func[:, 0]
+    valid = bools(data.draw, batch.n)
+    got = core.zero_std_groups(rewards, valid, batch.num_generations, atol)
+    assert torch.equal(got, expected_zero_std_groups(rewards, valid, batch.num_generations, atol))
+    # Invalid rows can take any reward without changing the decision.
+    noise = row_values(data.draw, batch.n, data.draw(SCALES))
+    assert torch.equal(
+        core.zero_std_groups(torch.where(valid, rewards, noise), valid, batch.num_generations, atol), got
+    )
+
+
+@PROPERTY
+@given(data=st.data(), scale=st.floats(0.01, 100))
+def test_zero_std_groups_ignores_positive_rescaling_at_atol_zero(data, scale):
+    """With atol=0 the decision is the same for ``rewards`` and ``scale * rewards`` (quarter-grid rewards)."""
+    batch = data.draw(batches(scales=GRID))
+    rewards, valid, g = batch.rewards_per_func[:, 0], bools(data.draw, batch.n), batch.num_generations
+    assert torch.equal(
+        core.zero_std_groups(rewards * scale, valid, g, 0.0), core.zero_std_groups(rewards, valid, g, 0.0)
+    )
+
+
+def test_zero_std_groups_cases():
+    """Tie, spread, spread within atol, one valid row, NaN rewards, and invalid rows, one group each (G=3)."""
+    nan = math.nan
+    groups = [
+        [2.0, 2.0, 2.0],  # tie -> True
+        [0.0, 1.0, 1.0],  # spread 1 -> False
+        [0.0, 0.5, 0.25],  # spread 0.5 <= atol 0.5 -> True
+        [1.0, nan, nan],  # one valid row -> True
+        [1.0, 1.0, nan],  # NaN does not add spread -> True
+        [1.0, 1.0, 9.0],  # the 9 is an invalid row -> True
+        [1.0, 3.0, 9.0],  # valid rows differ -> False
+    ]
+    rewards = torch.tensor(groups).view(-1)
+    valid = torch.ones(21, dtype=torch.bool)
+    valid[17] = False
+    got = core.zero_std_groups(rewards, valid, 3, 0.5)
+    assert got.tolist() == [True, False, True, True, True, True, False]
+    assert core.zero_std_groups(rewards, valid, 3, 0.0).tolist() == [True, False, False, True, True, True, False]
+    assert core.zero_std_groups(rewards, torch.zeros(21, dtype=torch.bool), 3, 0.0).all()
+
+
+@PROPERTY
+@given(
+    data=st.data(),
+    mask_zero_std=st.booleans(),
+    exclude=st.booleans(),
+    atol=st.sampled_from([0.0, 1e-6, 0.5]),
+)
+def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
+    """Reasons, zero-variance groups (over valid rows only), trainable and stat_rows as SEMANTICS.md states."""
+    batch = data.draw(batches(scales=GRID))
+    g = batch.num_generations
+    task = core.weighted_task_reward(batch.rewards_per_func, batch.reward_weights)
+    unscorable = core.unscorable_rows(batch.rewards_per_func)
+    truncated, rejected = bools(data.draw, batch.n), bools(data.draw, batch.n)
+    masks = core.decide_row_plan(
+        task,
+        g,
+        truncated=truncated,
+        unscorable=unscorable,
+        rejected=rejected,
+        mask_zero_std_groups=mask_zero_std,
+        zero_std_atol=atol,
+        exclude_masked_from_baseline=exclude,
+    )
+    invalid = truncated | unscorable | rejected
+    if mask_zero_std:
+        groups = expected_zero_std_groups(task, ~invalid, g, atol)
+    else:
+        groups = torch.zeros(batch.num_groups, dtype=torch.bool)
+    zero_std = groups.repeat_interleave(g) & ~invalid
+    assert torch.equal(masks.zero_std_groups, groups)
+    assert set(masks.reasons) == set(core.MASK_REASONS)
+    assert torch.equal(masks.reasons["zero_std"], zero_std)
+    assert torch.equal(masks.reasons["truncated"], truncated)
+    assert torch.equal(masks.reasons["unscorable"], unscorable)
+    assert torch.equal(masks.reasons["rejected"], rejected)
+    assert torch.equal(masks.trainable, ~invalid & ~zero_std)
+    assert torch.equal(masks.masked, invalid | zero_std)
+    assert torch.equal(masks.role == core.RowRole.TRL_MASKED, truncated)
+    assert torch.equal(masks.role == core.RowRole.OUT, (zero_std | unscorable | rejected) & ~truncated)
+    assert not masks.forwarded[~masks.trainable].any()  # zero_std_kl="mask": no KL-only row
+    assert torch.equal(masks.stat_rows, masks.trainable if exclude else ~unscorable)
+    # The decision ignores the rewards of invalid rows.
+    noise = row_values(data.draw, batch.n, 0.25)
+    again = core.decide_row_plan(
+        torch.where(invalid, noise, task),
+        g,
+        truncated=truncated,
+        unscorable=unscorable,
+        rejected=rejected,
+        mask_zero_std_groups=mask_zero_std,
+        zero_std_atol=atol,
+        exclude_masked_from_baseline=exclude,
+    )
+    assert torch.equal(again.zero_std_groups, masks.zero_std_groups)
+    assert torch.equal(again.trainable, masks.trainable)
+
+
+@pytest.mark.parametrize("reason", ["truncated", "unscorable", "rejected"])
+def test_group_of_tied_valid_rows_is_zero_variance_despite_a_differing_invalid_row(reason):
+    """[1, 1, 1, 5], the 5 invalid: the group is zero-variance, rows 0-2 masked as zero_std, row 3 by its reason."""
+    task = torch.tensor([1.0, 1.0, 1.0, 5.0, 0.0, 1.0, 1.0, 1.0])
+    flags = {name: torch.zeros(8, dtype=torch.bool) for name in ("truncated", "unscorable", "rejected")}
+    flags[reason][3] = True
+    if reason == "unscorable":
+        task[3] = math.nan  # an unscorable row has a NaN task reward
+    masks = core.decide_row_plan(task, 4, **flags)
+    assert masks.zero_std_groups.tolist() == [True, False]
+    assert masks.reasons["zero_std"].tolist() == [True, True, True, False, False, False, False, False]
+    assert masks.reasons[reason].tolist() == [False, False, False, True] + [False] * 4
+    assert masks.trainable.tolist() == [False] * 4 + [True] * 4
+    assert torch.equal(masks.stat_rows, masks.trainable)
+    kept = core.decide_row_plan(task, 4, exclude_masked_from_baseline=False, **flags)
+    assert kept.stat_rows.tolist() == [True, True, True, reason != "unscorable"] + [True] * 4
+    off = core.decide_row_plan(task, 4, mask_zero_std_groups=False, **flags)
+    assert not off.zero_std_groups.any() and not off.reasons["zero_std"].any()
+    assert off.trainable.tolist() == [True, True, True, False] + [True] * 4
+
+
+def test_a_lone_valid_row_gets_zero_advantage_through_the_pipeline():
+    """Group 0 has one valid row (others truncated): it is masked as zero_std and its advantage is 0 in every mode."""
+    rewards = torch.tensor([[3.0], [0.0], [1.0], [0.0], [1.0], [3.0]])
+    weights = torch.tensor([1.0])
+    truncated = torch.tensor([False, True, True, False, False, False])
+    none = torch.zeros(6, dtype=torch.bool)
+    masks = core.decide_row_plan(
+        core.weighted_task_reward(rewards, weights), 3, truncated=truncated, unscorable=none, rejected=none
+    )
+    assert masks.reasons["zero_std"].tolist() == [True, False, False, False, False, False]
+    batch = Batch(rewards, weights, 3, torch.zeros(6))
+    for label, adv in all_estimators(batch, masks.stat_rows).items():
+        assert adv[:3].tolist() == [0.0, 0.0, 0.0], label
+        assert (adv[3:] != 0).all(), label  # the other group still learns
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 6. Roles: rows that keep their KL term (zero_std_kl), groups tied at the low and high end
+# ----------------------------------------------------------------------------------------------------------------
+
+NO_ROWS = torch.zeros(12, dtype=torch.bool)
+
+
+def kl_plan(zero_std_kl, reward_range=(0.0, 1.0), **flags):
+    """Three groups of 4: all wrong (0), all right (1), informative; row 3 of the first group truncated."""
+    task = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
+    truncated = NO_ROWS.clone()
+    truncated[3] = True
+    return core.decide_row_plan(
+        task, 4, truncated=truncated, unscorable=NO_ROWS, rejected=NO_ROWS, zero_std_kl=zero_std_kl,
+        reward_range=reward_range, **flags,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mode", "kl_only"),
+    [("mask", []), ("keep_failed", [0, 1, 2]), ("keep", [0, 1, 2, 4, 5, 6, 7])],
+)
+def test_zero_std_kl_keeps_the_kl_term_of_tied_groups_only(mode, kl_only):
+    """Truncated rows never keep a KL term; KL-only rows stay out of the statistics (rules 2 and 3)."""
+    plan = kl_plan(mode)
+    assert plan.low_tied_groups.tolist() == [True, False, False]
+    assert plan.high_tied_groups.tolist() == [False, True, False]
+    assert (plan.role == ROLE.KL_ONLY).nonzero().view(-1).tolist() == kl_only
+    assert plan.role[3] == ROLE.TRL_MASKED
+    assert plan.trainable.nonzero().view(-1).tolist() == [8, 9, 10, 11]
+    assert torch.equal(plan.stat_rows, plan.trainable)
+    assert torch.equal(plan.forwarded, plan.trainable | (plan.role == ROLE.KL_ONLY))
+
+
+def test_low_and_high_ties_follow_the_reward_range():
+    """A continuous reward: a group tied at 0.5 is low-tied only when 0.5 is the lowest reward seen."""
+    task = torch.tensor([0.5, 0.5, 2.0, 2.0, 0.5, 2.0])
+    plan = core.decide_row_plan(
+        task, 2, truncated=NO_ROWS[:6], unscorable=NO_ROWS[:6], rejected=NO_ROWS[:6], zero_std_kl="keep_failed",
+        reward_range=(0.5, 2.0),
+    )  # fmt: skip
+    assert plan.low_tied_groups.tolist() == [True, False, False]
+    assert plan.high_tied_groups.tolist() == [False, True, False]
+    lower_seen = core.decide_row_plan(
+        task, 2, truncated=NO_ROWS[:6], unscorable=NO_ROWS[:6], rejected=NO_ROWS[:6], zero_std_kl="keep_failed",
+        reward_range=(0.0, 2.0),
+    )  # fmt: skip
+    assert not lower_seen.low_tied_groups.any() and not (lower_seen.role == ROLE.KL_ONLY).any()
+    no_range = kl_plan("keep_failed", reward_range=None)
+    assert not no_range.low_tied_groups.any() and not no_range.high_tied_groups.any()
+
+
+def test_widen_reward_range_skips_invalid_and_nan_rewards():
+    task = torch.tensor([0.5, math.nan, -3.0, 2.0])
+    valid = torch.tensor([True, True, False, True])
+    assert core.widen_reward_range(None, task, valid) == (0.5, 2.0)
+    assert core.widen_reward_range((0.0, 1.0), task, valid) == (0.0, 2.0)
+    assert core.widen_reward_range((0.0, 1.0), task, torch.zeros(4, dtype=torch.bool)) == (0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# 7. Deterministic units
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_weighted_task_reward_and_unscorable_rows():
+    """Weighted NaN-skipping sum; NaN (and unscorable) only where every function gave None."""
+    nan = math.nan
+    rewards = torch.tensor([[1.0, 2.0], [nan, 2.0], [nan, nan], [0.0, nan]])
+    got = core.weighted_task_reward(rewards, torch.tensor([2.0, -1.0]))
+    assert got[:2].tolist() == [0.0, -2.0] and got[2].isnan() and got[3].item() == 0.0
+    assert core.unscorable_rows(rewards).tolist() == [False, False, True, False]
+
+
+def test_plan_loss_rows_keep_keeps_every_row():
+    role = torch.tensor([ROLE.TRAIN, ROLE.OUT, ROLE.KL_ONLY, ROLE.TRL_MASKED])
+    rows = core.plan_loss_rows(role, "keep")
+    assert rows.kept.tolist() == [0, 1, 2, 3]
+    assert rows.forwarded.tolist() == [0, 2]
+    assert rows.policy.tolist() == [True, False, False, False]
+
+
+def test_plan_loss_rows_exclude_drops_our_masked_rows_and_keeps_trls():
+    """Row 1 is ours (dropped); row 2 TRL masked itself (kept, not forwarded); row 4 keeps its KL term."""
+    role = torch.tensor([ROLE.TRAIN, ROLE.OUT, ROLE.TRL_MASKED, ROLE.TRAIN, ROLE.KL_ONLY])
+    rows = core.plan_loss_rows(role, "exclude")
+    assert rows.kept.tolist() == [0, 2, 3, 4]
+    assert rows.forwarded.tolist() == [0, 2, 3]  # positions within `kept`, not batch indices
+    assert rows.policy.tolist() == [True, False, True, False]
+
+
+def test_plan_loss_rows_exclude_keeps_one_row_when_all_are_masked():
+    role = torch.full((3,), ROLE.OUT)
+    rows = core.plan_loss_rows(role, "exclude")
+    assert rows.kept.tolist() == [0] and rows.forwarded.tolist() == []
+    rows = core.plan_loss_rows(role, "keep")
+    assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == []
+
+
+def test_plan_loss_rows_drop_empty_slots_in_both_modes():
+    role = torch.tensor([ROLE.EMPTY, ROLE.TRAIN, ROLE.OUT, ROLE.EMPTY])
+    assert core.plan_loss_rows(role, "keep").kept.tolist() == [1, 2]
+    assert core.plan_loss_rows(role, "exclude").kept.tolist() == [1]
+    assert [core.loss_rows_needed(role, mode) for mode in ("keep", "exclude")] == [2, 1]
+    assert core.loss_rows_needed(torch.full((2,), ROLE.EMPTY), "keep") == 1  # at least one
+
+
+def test_plan_loss_rows_pad_to_the_rows_every_rank_hands_the_loss():
+    """A rank that needs fewer rows than another adds its first other rows as placeholders (not forwarded)."""
+    role = torch.tensor([ROLE.OUT, ROLE.TRAIN, ROLE.EMPTY, ROLE.OUT])
+    rows = core.plan_loss_rows(role, "exclude", rows=3)
+    assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == [1]
+    assert core.plan_loss_rows(role, "exclude", rows=1).kept.tolist() == [1]  # never fewer than it needs
+
+
+def test_forward_rows_match_across_ranks():
+    """Every rank forwards as many rows (the most any rank needs, at least one), its needed rows first."""
+    needed = torch.tensor([[False, False, False, False], [True, False, True, False]])
+    assert core.forward_rows(needed, 0).tolist() == [0, 1]
+    assert core.forward_rows(needed, 1).tolist() == [0, 2]
+    assert core.forward_rows(torch.zeros(2, 4, dtype=torch.bool), 1).tolist() == [0]
+    assert core.forward_rows(torch.tensor([[False, True], [True, True]]), 0) is None
+
+
+def test_mismatched_groups():
+    assert core.mismatched_groups(["a", "a", "b", "b"], 2) == []
+    assert core.mismatched_groups(["a", "b", "b", "b", "c", "c"], 2) == [0]
+    assert core.mismatched_groups(["a", "a", "b", "b", "c", "d"], 2) == [2]
+    assert core.mismatched_groups(["a", "a", "b", "b"], 4) == [0]
+    chat = [[{"role": "user", "content": "1+1="}]] * 2 + [[{"role": "user", "content": "2+2="}]] * 2
+    assert core.mismatched_groups(chat, 2) == []
+    assert core.mismatched_groups(chat, 4) == [0]
+    with pytest.raises(ValueError):
+        core.mismatched_groups(["a"] * 5, 2)
+
+
+def test_grouped_and_expand_groups():
+    x = torch.arange(12).view(6, 2)
+    assert core.grouped(x, 3).shape == (2, 3, 2)
+    assert torch.equal(core.grouped(x, 3)[1, 0], torch.tensor([6, 7]))
+    assert core.expand_groups(torch.tensor([True, False]), 3).tolist() == [True] * 3 + [False] * 3
+    for bad in (4, 0):
+        with pytest.raises(ValueError, match="whole number of groups"):
+            core.grouped(torch.arange(6), bad)
+
+
+def test_truncated_rows():
+    """TRL's test: the last token is neither EOS nor pad; an empty completion is not truncated."""
+    eos, pad = 1, 0
+    rows = [[5, 6, 7], [5, 2, eos], [5, pad], [], [eos]]
+    assert core.truncated_rows(rows, [eos, pad]).tolist() == [True, False, False, False, False]
+
+
+def test_rejected_rows():
+    """TRL's sequence_mask rule: exp(sum over loss tokens of old - sampling) outside [clip_min, clip_max]; NaN
+    sampling log-probs count 0; masked tokens do not count."""
+    old = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    sampling = torch.tensor([[-1.0, -1.0], [-3.0, -1.0], [0.0, math.nan], [-9.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [0, 1]])
+    # log ratios: 0, 2, -1, -1 -> ratios 1, 7.4, 0.37, 0.37
+    assert core.rejected_rows(old, sampling, mask, None, 3.0).tolist() == [False, True, False, False]
+    assert core.rejected_rows(old, sampling, mask, 0.5, None).tolist() == [False, False, True, True]
+    assert not core.rejected_rows(old, sampling, mask, None, None).any()
+
+
+def test_check_groups_share_prompt_names_the_first_mixed_group():
+    core.check_groups_share_prompt(["a", "a", "b", "b"], 2)
+    with pytest.raises(ValueError, match=r"Group\(s\) \[1\] .*rows 2\.\.3.*num_generations=2"):
+        core.check_groups_share_prompt(["a", "a", "b", "c"], 2)
+
+
+def test_plan_metrics_are_shares_of_groups_rows_and_tokens():
+    """Groups of 2: tied low, tied high, mixed, and one with a truncated row (tied over its one valid row)."""
+    rewards = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    truncated = torch.tensor([False] * 7 + [True])
+    no = torch.zeros(8, dtype=torch.bool)
+    plan = core.decide_row_plan(rewards, 2, truncated=truncated, unscorable=no, rejected=no, zero_std_kl="keep_failed",
+                                reward_range=(0.0, 1.0))  # fmt: skip
+    tokens = torch.tensor([1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 3.0, 1.0])
+    metrics = core.plan_metrics(plan, tokens, "keep_failed")
+    assert metrics == pytest.approx({
+        "zero_std/masked_group_frac": 0.75,
+        "zero_std/all_low_group_frac": 0.25,
+        "zero_std/all_high_group_frac": 0.5,
+        "zero_std/masked_token_frac": (1 + 1 + 2 + 2 + 3) / 12,
+        "zero_std/kl_kept_row_frac": 2 / 8,
+        "masked/row_frac/zero_std": 5 / 8,
+        "masked/row_frac/truncated": 1 / 8,
+        "masked/row_frac/unscorable": 0.0,
+        "masked/row_frac/rejected": 0.0,
+    })  # fmt: skip
+    assert "zero_std/kl_kept_row_frac" not in core.plan_metrics(plan, tokens, "mask")
