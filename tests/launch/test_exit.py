@@ -51,7 +51,7 @@ ENGINE_SCRIPT = textwrap.dedent(
     from tests.support.fake_vllm import Engine, FakeLLM
     from trl_zerostd._exit import end_process_group_at_exit
 
-    FakeLLM.engine = Engine(tokenizer=None, complete=None)
+    FakeLLM.engine = Engine(tokenizer=None, complete=None, announce_shutdown=True)
     llm = FakeLLM(distributed_executor_backend="external_launcher")  # TRL builds the engine, then our state
     class Accelerator:
         def free_memory(self):

@@ -52,6 +52,7 @@ class Engine:
     calls: list[GenerateCall] = field(default_factory=list)
     llm_kwargs: dict = field(default_factory=dict)
     sleeps: list[int] = field(default_factory=list)
+    announce_shutdown: bool = False  # print when the external-launcher teardown ran (tests/launch/test_exit.py)
 
     def load(self, name: str, tensor: torch.Tensor) -> None:
         self.weights[name] = tensor.detach().clone()
@@ -123,7 +124,8 @@ class FakeLLM:
     def _shutdown(self):
         torch.distributed.barrier(group=self.group)  # fails if the trainer's group is gone
         torch.distributed.destroy_process_group(self.group)
-        print("engine shut down", flush=True)
+        if self.engine.announce_shutdown:
+            print("engine shut down", flush=True)
 
     def _load_weights(self, weights):
         for name, tensor in weights:

@@ -73,7 +73,7 @@ def test_same_seed_same_skip_decisions(make_trainer):
 
 @pytest.mark.parametrize(
     "prior_key, predictor",
-    [(None, "streak"), ("prompt", "streak"), ("prompt", "success_rate"), ("prompt", "informative_share")],
+    [(None, "streak"), ("prompt", "streak"), ("prompt", "success_rate")],
 )
 def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer, prior_key, predictor):
     config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key, "skip_predictor": predictor}
@@ -91,15 +91,10 @@ def test_resume_restores_the_history_and_the_exploration_probabilities(make_trai
     assert resumed.zero_std.refiller.stream.state_dict() == trainer.zero_std.refiller.stream.state_dict()
     if predictor == "streak":
         assert resumed.zero_std.skipper.predictor.explore == trainer.zero_std.skipper.predictor.explore
-    if predictor in ("success_rate", "informative_share"):
+    if predictor == "success_rate":
         assert saved["predictor"]["rates"]["rows"].sum() > 0
         for name, value in resumed.zero_std.skipper.predictor.rates.state_dict().items():
             assert torch.equal(value, trainer.zero_std.skipper.predictor.rates.state_dict()[name]), name
-        if predictor == "informative_share":
-            assert saved["predictor"]["shares"][:, 1].sum() > 0
-            assert torch.equal(
-                resumed.zero_std.skipper.predictor.shares.counts, trainer.zero_std.skipper.predictor.shares.counts
-            )
     elif prior_key is not None:
         assert saved["predictor"]["prior"]["counts"].sum() > 0
         assert torch.equal(

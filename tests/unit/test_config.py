@@ -52,7 +52,7 @@ def test_allowed_values_are_the_literal_types():
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
         "dynamic_sampling_on_cap": ("mask", "error"),
-        "skip_predictor": ("streak", "success_rate", "informative_share"),
+        "skip_predictor": ("streak", "success_rate"),
     }
 
 

@@ -3,12 +3,10 @@
 import pytest
 import torch
 
-from trl_zerostd.predictors import PRIOR_DECAY, Outcome, PromptHistory
+from trl_zerostd.predictors import PRIOR_DECAY, Outcome
 from trl_zerostd.skipping import PromptSkipper
 from trl_zerostd.success_rate import (
     RATE_PRIOR_ROWS,
-    InformativeSharePredictor,
-    SuccessRatePredictor,
     SuccessRates,
     informative_prob,
 )
@@ -106,70 +104,22 @@ def record_groups(predictor, slots: list[int], successes: list[float], group_siz
     predictor.record(torch.tensor(slots), outcomes, right, torch.full((len(slots),), float(group_size)))
 
 
-def test_the_informative_share_draws_a_level_by_its_informative_groups_where_the_success_rate_cannot():
-    """Levels "fails" and "solves" have mirrored success rates (6 and 26 right of 32), so the success-rate predictor
-    draws their never-drawn prompts alike; but 3 of 4 groups of "fails" were informative and 1 of 4 of "solves" (its
-    right answers all in one prompt). The informative share draws "fails" always and "solves" at ((1+1)/(4+2) /
-    ((3+1)/(4+2)))**2 = 1/4."""
-    levels = ["fails"] * 5 + ["solves"] * 5
-    slots, fails, solves = list(range(4)) + list(range(5, 9)), [1.0, 2.0, 0.0, 3.0], [8.0, 8.0, 8.0, 2.0]
-    rate = SuccessRatePredictor(SuccessRates.new(8, 10, levels), min_draw_prob=0.05)
-    share = InformativeSharePredictor.new(8, 10, levels, min_draw_prob=0.05)
-    for predictor in (rate, share):
-        record_groups(predictor, slots, fails + solves)
-    fresh = torch.tensor([4, 9])
-    by_rate, by_share = rate.draw_prob(fresh, PromptHistory.empty(10)), share.draw_prob(fresh, PromptHistory.empty(10))
-    assert by_rate[0] == pytest.approx(by_rate[1].item())
-    assert by_share.tolist() == pytest.approx([1.0, 0.25])
-
-
-def test_the_informative_share_is_moved_by_a_prompts_own_groups():
-    """One level, half its groups informative. A prompt whose own group was all wrong is drawn less than a never-drawn
-    one, one with 4 right of 8 at least as often; the chance: the share times the beta-binomial's ratio, at most 1."""
-    share = InformativeSharePredictor.new(8, 5, None, min_draw_prob=0.05)
-    record_groups(share, [0, 1, 2, 3], [0.0, 4.0, 8.0, 3.0])
-    chance = share.informative_prob(torch.tensor([0, 1, 4]))
-    assert chance[0] < chance[2] <= chance[1] <= 1.0
-    rates = share.rates
-    expected = (
-        (3 / 6) * rates.informative_prob(torch.tensor([0])) / rates.informative_prob(torch.tensor([0]), own=False)
-    )
-    torch.testing.assert_close(chance[:1], expected)
-    torch.testing.assert_close(chance[2:], torch.tensor([3 / 6], dtype=torch.float64))
-
-
-def test_the_informative_shares_decay_count_unfinished_screens_and_return_toward_half():
-    """A screen that differed but was never completed (no valid row, informative) counts as an informative group; a
-    group with no valid row that was not informative counts as nothing. Counts decay by PRIOR_DECAY a batch, so a
-    level no longer drawn drifts back toward 0.5."""
-    share = InformativeSharePredictor.new(8, 4, ["a", "a", "b", "b"], min_draw_prob=0.05)
-    outcomes = torch.tensor([int(Outcome.INFORMATIVE), int(Outcome.ALL_LOW), int(Outcome.ALL_LOW)])
-    share.record(torch.tensor([0, 1, 2]), outcomes, torch.zeros(3, dtype=torch.float64), torch.tensor([0.0, 0.0, 8.0]))
-    assert share.shares.counts.tolist() == [[1.0, 1.0], [0.0, 1.0]]
-    for _ in range(40):
-        record_groups(share, [2], [0.0])
-    a, b = share.shares.laplace_rates().tolist()
-    assert 0.5 < a < 0.52 and b < 0.12
-    assert (b / a) ** 2 < 0.05  # below the floor
-    assert share.draw_prob(torch.tensor([1, 3]), PromptHistory.empty(4)).tolist() == [1.0, 0.05]
-
-
-def test_the_informative_share_is_checkpointed_and_a_mismatch_is_refused():
+def test_the_success_rate_is_checkpointed_and_a_mismatch_is_refused():
     def skipper(predictor):
         return PromptSkipper.new(6, 0.25, 0.05, prior_groups=list("aabbcc"), predictor=predictor, group_size=8)
 
-    trained = skipper("informative_share")
+    trained = skipper("success_rate")
     trained.record(
         [0, 2, 4], torch.tensor([0, 1, 2]), torch.tensor([3.0, 0.0, 8.0], dtype=torch.float64), torch.full((3,), 8.0)
     )
-    restored = skipper("informative_share")
+    restored = skipper("success_rate")
     restored.load_state_dict(trained.state_dict())
     assert torch.equal(restored.draw_prob(torch.arange(6)), trained.draw_prob(torch.arange(6)))
     assert restored.draw_prob(torch.arange(6)).tolist() != [1.0] * 6
-    for other in ("success_rate", "streak"):
+    for other in ("streak",):
         with pytest.raises(ValueError, match="success rates do not match"):
             skipper(other).load_state_dict(trained.state_dict())
         with pytest.raises(ValueError, match="success rates do not match"):
-            skipper("informative_share").load_state_dict(skipper(other).state_dict())
+            skipper("success_rate").load_state_dict(skipper(other).state_dict())
     with pytest.raises(ValueError, match="needs the rows of a group"):
-        PromptSkipper.new(6, 0.25, 0.05, predictor="informative_share")
+        PromptSkipper.new(6, 0.25, 0.05, predictor="success_rate")
