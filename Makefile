@@ -21,7 +21,10 @@ install: $(VENV)/.installed
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
 	$(PY) -m examples.train_grpo $(ARGS)
 
-test: install
+test: install  ## lint, check formatting and type-check (ruff, mypy: pyproject.toml), then pytest
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q $(ARGS)
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy

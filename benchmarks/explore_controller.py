@@ -47,7 +47,9 @@ def simulate(groups: int, target: float, share_decay: float, batches: int, seed:
 
 
 def main(args: ControllerArguments) -> None:
-    print("| groups a batch | target | share, one batch's (decay 0) | share, decayed (decay 0.9) | final p low / high, decay 0 | final p low / high, decay 0.9 |")  # noqa: E501
+    print(
+        "| groups a batch | target | share, one batch's (decay 0) | share, decayed (decay 0.9) | final p low / high, decay 0 | final p low / high, decay 0.9 |"  # noqa: E501
+    )
     print("|---|---|---|---|---|---|")
     for groups in args.groups:
         for target in args.targets:

@@ -48,13 +48,25 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
     zero_std: ZeroStdState | None = None
     _loss_call: LossCall | None = None
 
+    @property
+    def _state(self) -> ZeroStdState:
+        """``zero_std`` where the overrides read it: in a training batch or loss call, which run only with a state."""
+        assert self.zero_std is not None, "a training batch or loss call runs only where zero_std was built"
+        return self.zero_std
+
+    @property
+    def _group_size(self) -> int:
+        """TRL's ``num_generations``: typed ``int | None`` by TRL's config, set (default 8) wherever TRL trains."""
+        assert self.num_generations is not None, "TRL's trainers group completions by num_generations"
+        return self.num_generations
+
     def _init_zero_std(self) -> None:
         self.zero_std = build_state(
             masking_settings(self.args),
             self.args,
             self.trainer_kind,
             self.train_dataset,
-            self.num_generations,
+            self._group_size,
             self.accelerator.num_processes,
             self.accelerator.process_index,
             shuffle_dataset=self.shuffle_dataset,
@@ -79,10 +91,11 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
 
     def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None:
         generation = batch.generation
+        assert generation is not None, "the plan is decided on the batch's generation, once it is scored"
         task_rewards = self._task_rewards(generation.rewards_per_func)
-        batch.plan = self.zero_std.decide_plan(task_rewards, generation.rewards_per_func, generation.truncated,
-                                               rejected, self.num_generations, generation.empty)  # fmt: skip
-        if self.zero_std.settings.skip_masked_rows:
+        batch.plan = self._state.decide_plan(task_rewards, generation.rewards_per_func, generation.truncated,
+                                             rejected, self._group_size, generation.empty)  # fmt: skip
+        if self._state.settings.skip_masked_rows:
             needed = self._scoring_needed(batch.plan).view(self.accelerator.num_processes, -1)
             batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
 
@@ -104,15 +117,15 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             output["tool_mask"] = output["tool_mask"] * forwarded
         output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
         row_tokens = gather(loss_mask.sum(dim=1))
-        counted = plan.forwarded if self.zero_std.settings.zero_std_normalization == "exclude" else plan.generated
+        counted = plan.forwarded if self._state.settings.zero_std_normalization == "exclude" else plan.generated
         if not counted.all() and "num_items_in_batch" in output:
             output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])
         self._finish_output(output, role)
         _trl.replace_logged_advantages(self, advantages)
-        metrics = core.plan_metrics(plan, row_tokens, self.zero_std.settings.zero_std_kl)
+        metrics = core.plan_metrics(plan, row_tokens, self._state.settings.zero_std_kl)
         _trl.log_metrics(self, metrics)
         low, high = metrics["zero_std/all_low_group_frac"], metrics["zero_std/all_high_group_frac"]
-        self._warn_once(self.zero_std.stall_monitor.observe_batch(low, high, metrics["masked/row_frac/truncated"]))
+        self._warn_once(self._state.stall_monitor.observe_batch(low, high, metrics["masked/row_frac/truncated"]))
         return output
 
     # -- forwards and loss ------------------------------------------------------------------------------------
@@ -161,12 +174,12 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
     def _observe_trained_rows(self, rows: int) -> None:
         """Count the rows this micro-batch trained; at the optimizer-step boundary, log whether the step trained
         none (all ranks together) and let the stall monitor see it."""
-        state = self.zero_std
+        state = self._state
         state.rows_trained_this_step += rows
         if not self.accelerator.sync_gradients:
             return
-        total = torch.tensor(state.rows_trained_this_step, device=self.accelerator.device)
-        total = int(self.accelerator.reduce(total, reduction="sum"))
+        count = torch.tensor(state.rows_trained_this_step, device=self.accelerator.device)
+        total = int(self.accelerator.reduce(count, reduction="sum"))
         state.rows_trained_this_step = 0
         _trl.log_metrics(self, {"zero_std/untrained_step_frac": float(total == 0)})
         self._warn_once(state.stall_monitor.observe_step(total))
@@ -194,7 +207,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             logger.warning(message)
 
     def _check_groups_share_prompt(self, inputs: list[dict]) -> None:
-        core.check_groups_share_prompt(gather_object([row.get("prompt", row) for row in inputs]), self.num_generations)
+        core.check_groups_share_prompt(gather_object([row.get("prompt", row) for row in inputs]), self._group_size)
 
 
 def output_loss_mask(output: dict) -> torch.Tensor:

@@ -44,7 +44,7 @@ class HeldSleep:
     held until the batch ends, a ``wake_up`` of an engine that never slept is not passed on, and everything else is
     vLLM's own."""
 
-    def __init__(self, vllm_generation):
+    def __init__(self, vllm_generation) -> None:
         self._vllm_generation = vllm_generation
         self._llm = vllm_generation.llm
         self.held_level: int | None = None

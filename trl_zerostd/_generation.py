@@ -9,26 +9,39 @@ engine is reached in calls sized and aligned as TRL sized it (``_engine_calls``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from accelerate.utils import gather, gather_object
 
 from . import _trl, core
 from ._batch import Generation, GenerationBatch, Phase
 from ._engine import aligned_copies, before_engine_call, engine_calls, one_sleep_per_batch
+from ._host import TrainerHost
 from .refill import BatchRefiller
 from .rounds import GatheredRows, RefilledBatch, RoundRequest
 from .sampling import part_major_order
 
+if TYPE_CHECKING:
+    from .state import ZeroStdState
 
-class GenerationSide:
+
+class GenerationSide(TrainerHost):
     """Mixed into ``ZeroStdAdapter``: TRL's generation methods that the package overrides, and the rounds a refill
     runs through them. ``_generation_batch``: the batch being generated (None outside a training batch)."""
 
     _generation_batch: GenerationBatch | None = None
 
+    if TYPE_CHECKING:  # what ZeroStdAdapter, this mixin's only user, provides
+
+        @property
+        def _state(self) -> ZeroStdState: ...
+
+        def _decide_plan(self, batch: GenerationBatch, rejected: torch.Tensor) -> None: ...
+
     def _refill(self, refiller: BatchRefiller, batch: GenerationBatch) -> None:
         """Run the planner's rounds through TRL; the batch then holds the rows that train and their generation."""
-        rounds = refiller.plan(batch.inputs, self.zero_std.reward_range)
+        rounds = refiller.plan(batch.inputs, self._state.reward_range)
         with one_sleep_per_batch(self._vllm_generation()):
             while (request := rounds.next_round()) is not None:
                 rounds.add(self._generate_round(request))
@@ -63,6 +76,7 @@ class GenerationSide:
         put into the messages; environments drawn from TRL's pool, reset with their rows, observations appended, tool
         dicts built): TRL's method runs up to its ``_generate`` call, which hands the prompts back."""
         batch = self._generation_batch
+        assert batch is not None, "a refill's rounds run in a training batch"
         batch.phase = Phase.PREPARE
         try:
             super()._generate_and_score_completions(rows)
@@ -96,7 +110,9 @@ class GenerationSide:
         HF generate with image fields (flat over images) decodes in one call."""
         if self._generation_batch is None:
             return [decode(prompt_ids, images, multimodal_fields, copies)]
-        most = self.args.per_device_train_batch_size * self.args.steps_per_generation
+        steps = self.args.steps_per_generation
+        assert steps is not None, "TRL's config sets steps_per_generation (default: gradient_accumulation_steps)"
+        most = self.args.per_device_train_batch_size * steps
         calls = engine_calls(len(prompt_ids), most) if self.use_vllm or not multimodal_fields else [slice(None)]
         server = self.use_vllm and self.vllm_mode == "server"
         results = []

@@ -40,8 +40,8 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
         selected[key] = value
     if not images:
         return selected
-    present = unsplit_pixel_values_by_grid({key: value for key, value in selected.items() if value is not None})
-    return {key: present.get(key) for key in selected}
+    joined = unsplit_pixel_values_by_grid({key: value for key, value in selected.items() if value is not None})
+    return {key: joined.get(key) for key in selected}
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ def replace_logged_advantages(trainer, advantages: torch.Tensor) -> None:
 def take_logged_columns(trainer, rows: int) -> list[dict]:
     """Per row of the ``rows`` just scored, the columns reward functions logged for it (``log_extra``, waiting in
     TRL's ``_pending_extra_logs``), taken out of TRL's pending logs."""
-    logged = [{} for _ in range(rows)]
+    logged: list[dict] = [{} for _ in range(rows)]
     for column, values in trainer._pending_extra_logs.items():
         for row, value in zip(logged, values):
             row[column] = value

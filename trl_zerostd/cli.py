@@ -53,10 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     command, *flags = argv
     module_name, script_arguments, trainer_name, config_cls, trainer_cls = COMMANDS[command]
     script = importlib.import_module(module_name)
-    parser = trl.TrlParser(
-        (getattr(script, script_arguments), config_cls, trl.ModelConfig, trl.DatasetMixtureConfig),
-        prog=f"trl-zerostd {command}",
-    )
+    dataclass_types = (getattr(script, script_arguments), config_cls, trl.ModelConfig, trl.DatasetMixtureConfig)
+    # transformers types its argument as its NewType DataClassType, which no class matches
+    parser = trl.TrlParser(dataclass_types, prog=f"trl-zerostd {command}")  # type: ignore[arg-type]
     script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(flags)
     with trainer_named(trainer_name, trainer_cls):
         script.main(script_args, training_args, model_args, dataset_args)

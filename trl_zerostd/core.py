@@ -217,7 +217,7 @@ def decide_row_plan(
     else:
         zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=valid.device)
     low, high = reward_range if reward_range is not None else (None, None)
-    if low is not None and high - low <= zero_std_atol:
+    if low is not None and high is not None and high - low <= zero_std_atol:  # both None or neither
         low = high = None  # one level seen: a group tied at it has neither failed nor succeeded against another
     low_tied = zero_groups & tied_groups(task_rewards, valid, num_generations, zero_std_atol, low)
     high_tied = zero_groups & ~low_tied & tied_groups(task_rewards, valid, num_generations, zero_std_atol, high)

@@ -15,6 +15,7 @@ from .core import expand_groups, grouped, weighted_task_reward
 
 STD_EPS = 1e-4  # TRL's epsilon in every advantage denominator
 
+
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Bessel-corrected std ignoring NaNs; NaN where fewer than 2 values. Same arithmetic as TRL's ``nanstd``."""
     mean = torch.nanmean(x, dim=dim, keepdim=True)

@@ -57,8 +57,10 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         """Nothing beyond the adapter's: GRPO's loss reads the masks and advantages it set."""
 
     def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        generation, plan = batch.generation, batch.plan
+        assert generation is not None and plan is not None, "advantages are computed under the batch's plan"
         return grpo_advantages(
-            batch.generation.rewards_per_func, self.reward_weights, self.num_generations, batch.plan.stat_rows,
+            generation.rewards_per_func, self.reward_weights, self._group_size, plan.stat_rows,
             scale_rewards=self.scale_rewards, multi_objective_aggregation=self.multi_objective_aggregation,
         )  # fmt: skip
 
@@ -70,12 +72,14 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
         rejected = torch.zeros(len(old_logps), dtype=torch.bool, device=old_logps.device)
         if self.vllm_importance_sampling_mode == "sequence_mask":
+            assert batch.generation is not None, "the old-policy forward follows the batch's generation"
             generated = _trl.GRPOGenerated(*batch.generation.generated)
-            tool_mask = generated.tool_mask
+            tool_mask, sampling_logps = generated.tool_mask, generated.sampling_per_token_logps
+            assert sampling_logps is not None, "vLLM's sampling log-probs come with importance sampling"
             mask = completion_mask if tool_mask is None else completion_mask * padded(tool_mask, old_logps, 1.0)
             rejected = core.rejected_rows(
                 old_logps,
-                padded(generated.sampling_per_token_logps, old_logps, 0.0),
+                padded(sampling_logps, old_logps, 0.0),
                 mask,
                 self.vllm_importance_sampling_clip_min,
                 self.vllm_importance_sampling_clip_max,
@@ -88,7 +92,7 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
             inputs["ref_per_token_logps"] = torch.where(
                 role < core.RowRole.KL_ONLY, call.fill_logps, inputs["ref_per_token_logps"]
             )
-        if self.loss_type == "bnpo" and self.zero_std.settings.zero_std_normalization == "keep":
+        if self.loss_type == "bnpo" and self._state.settings.zero_std_normalization == "keep":
             # bnpo's normaliser counts the micro-batch's loss-mask tokens: give our masked rows theirs back
             out = role == core.RowRole.OUT
             inputs["completion_mask"] = torch.where(out, base_loss_mask, inputs["completion_mask"])

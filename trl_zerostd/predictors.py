@@ -159,8 +159,11 @@ class SkipPredictor(Protocol):
         """``(k,)`` probability of drawing each slot's prompt, in ``[min_draw_prob, 1]``."""
         ...
 
-    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
-        """One generation batch's groups, in draw order: ``Outcome``, successes and valid rows (``(k,)`` each)."""
+    def record(
+        self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor | None, rows: torch.Tensor | None
+    ) -> None:
+        """One generation batch's groups, in draw order: ``Outcome``, successes and valid rows (``(k,)`` each; None
+        only for the streak predictor, which reads outcomes alone)."""
         ...
 
     def clear(self, slots: torch.Tensor) -> None:
@@ -191,7 +194,9 @@ class StreakPredictor:
         never_drawn = history.streak[slots] == 0
         return torch.where(never_drawn, self.prior.draw_prob(slots, self.explore.min_draw_prob), probs)
 
-    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+    def record(
+        self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor | None, rows: torch.Tensor | None
+    ) -> None:
         if self.prior is not None:
             self.prior.record(slots, outcomes)
         self.explore.adapt(outcomes)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -43,6 +44,9 @@ from .sampling import (
 )
 from .skipping import GroupsOfOneSize, PromptSkipper
 
+if TYPE_CHECKING:
+    from datasets import Dataset
+
 logger = logging.getLogger("trl_zerostd")
 # a fill's rounds: it yields requests, gets their gathered rows, returns (rounds, (informative, generated))
 Rounds = Generator[RoundRequest, list[GatheredRows], tuple[int, tuple[int, int]]]
@@ -57,7 +61,7 @@ class BatchRefiller:
 
     settings: ZeroStdArguments
     stream: PromptStream | RowStream
-    dataset: object | None
+    dataset: Dataset | None
     num_generations: int
     world_size: int
     rank: int
@@ -74,7 +78,8 @@ class BatchRefiller:
     def _rounds(self, inputs: list[dict], reward_range) -> Generator[RoundRequest, list[GatheredRows], RefilledBatch]:
         world, G, dynamic = self.world_size, self.num_generations, self.settings.dynamic_sampling
         needed = len(inputs) * world // G
-        pool, metrics = GeneratedPool(), {}
+        pool = GeneratedPool()
+        metrics: dict[str, float] = {}
         if dynamic and self.settings.dynamic_sampling_screen:
             rounds, (informative, generated) = yield from self._fill_screened(pool, needed, metrics)
         else:
@@ -206,17 +211,20 @@ class BatchRefiller:
             rows, keys, skipped = self.stream.draw(count, draw_prob)
         else:
             keys, skipped = self.stream.draw(count, draw_prob)
-            rows = [dict(self.dataset[i]) for i in keys]
+            rows = self._dataset_rows(keys)
         pool.skipped += skipped
         return rows, keys
 
     def _stream_slots(self, pool: GeneratedPool, count: int) -> tuple[list[dict], list[int]]:
         """``skip_refill=False``: the prompts of the next ``count`` places of the stream that generate
         (``sampling.drawn_places``) and their keys; ``pool.slots`` says which group fills each place, -1 for none."""
+        skipper = self.skipper
+        assert skipper is not None, "skip_refill=False is a setting of prompt skipping"
+        rows: list[dict] | None
         if isinstance(self.stream, RowStream):
-            rows, keys, drawn = self.stream.places(count, self.skipper.draw_prob)
+            rows, keys, drawn = self.stream.places(count, skipper.draw_prob)
         else:
-            keys, drawn = self.stream.places(count, self.skipper.draw_prob)
+            keys, drawn = self.stream.places(count, skipper.draw_prob)
             rows = None
         generates = drawn_places(drawn, self.num_generations, self.world_size)
         pool.slots = torch.full((count,), -1, dtype=torch.long)
@@ -224,8 +232,13 @@ class BatchRefiller:
         pool.skipped += count - int(generates.sum())
         places = generates.nonzero().view(-1).tolist()
         keys = [keys[i] for i in places]
-        rows = [rows[i] for i in places] if rows is not None else [dict(self.dataset[i]) for i in keys]
+        rows = [rows[i] for i in places] if rows is not None else self._dataset_rows(keys)
         return rows, keys
+
+    def _dataset_rows(self, indices: list[int]) -> list[dict]:
+        """The map-style dataset's rows at ``indices`` (the rows a ``PromptStream`` draws)."""
+        assert self.dataset is not None, "build_state gives a PromptStream its map-style dataset"
+        return [dict(self.dataset[i]) for i in indices]
 
     def _informative_groups(self, rows: GatheredRows, group_size: int) -> torch.Tensor:
         """``(rows // group_size,)`` bool: groups with two valid rows of different task reward."""
@@ -240,6 +253,7 @@ class BatchRefiller:
             screens = GatheredRows.concat(pool.tied_screens)
             parts.append((screens, len(screens.rows) // len(pool.tied_screens), pool.tied_screen_keys))
         groups = [GroupsOfOneSize(rows.task_rewards, rows.valid(), size, keys) for rows, size, keys in parts]
+        assert self.skipper is not None, "outcomes are recorded only with prompt skipping"
         return self.skipper.record_batch(
             groups, pool.unfinished_keys, pool.skipped, reward_range, self.settings.zero_std_atol
         )
@@ -277,6 +291,8 @@ class RefillRounds:
         while (request := rounds.next_round()) is not None:
             rounds.add(run_through_trl(request))  # one GatheredRows per part of the request
         refilled = rounds.finish()
+
+    (``run_through_trl``: the adapter's ``_generate_round``.)
     """
 
     def __init__(self, steps: Generator[RoundRequest, list[GatheredRows], RefilledBatch]):

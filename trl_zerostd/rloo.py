@@ -66,8 +66,10 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return plan.forwarded | plan.stat_rows
 
     def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
+        generation, plan = batch.generation, batch.plan
+        assert generation is not None and plan is not None, "advantages are computed under the batch's plan"
         return rloo_advantages(
-            batch.generation.rewards_per_func, self.reward_weights, self.num_generations, batch.plan.stat_rows,
+            generation.rewards_per_func, self.reward_weights, self._group_size, plan.stat_rows,
             kl_penalty=self._kl_penalty(batch), normalize_advantages=self.normalize_advantages,
             reward_clip_range=self.reward_clip_range,
         )  # fmt: skip

@@ -61,7 +61,8 @@ class PromptStream:
         """The next ``count`` row indices drawn, and how many were skipped on the way. With ``draw_prob`` (``(k,)``
         row indices -> ``(k,)`` probabilities) a candidate is drawn when the seeded uniform of its place in the pass is
         below its probability, else skipped (consumed for this pass); the same state gives the same draws."""
-        taken, skipped = [], 0
+        taken: list[int] = []
+        skipped = 0
         while len(taken) < count:
             if self.position == self.num_rows:
                 self.epoch, self.position = self.epoch + 1, 0
@@ -80,7 +81,8 @@ class PromptStream:
     def places(self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[int], torch.Tensor]:
         """The row indices of the next ``count`` places, drawn or not, and ``(count,)`` bool whether each is drawn
         (the same decision ``draw`` takes at that place)."""
-        rows, drawn = [], []
+        rows: list[int] = []
+        drawn: list[torch.Tensor] = []
         while len(rows) < count:
             if self.position == self.num_rows:
                 self.epoch, self.position = self.epoch + 1, 0
@@ -152,7 +154,9 @@ class RowStream:
     ) -> tuple[list[dict], list[int], int]:
         """The next ``count`` rows drawn, their keys, and how many rows were skipped on the way; with ``draw_prob``
         (``(k,)`` keys -> ``(k,)`` probabilities) as ``PromptStream.draw``."""
-        rows, keys, skipped = [], [], 0
+        rows: list[dict] = []
+        keys: list[int] = []
+        skipped = 0
         while len(rows) < count:
             row = self._next_row()
             key = self.key(row)
@@ -187,7 +191,9 @@ class RowStream:
         self.epoch, self.position, self._rows = state["epoch"], state["position"], None
 
 
-def refill_groups(missing: int, informative: int, generated: int, batch_groups: int, world_size: int, G: int) -> int:
+def refill_groups(
+    missing: int, informative: float, generated: float, batch_groups: int, world_size: int, G: int
+) -> int:
     """Groups a refill round generates: the ``missing`` informative groups divided by the informative rate seen so
     far (``informative / generated``, at least ``1 / batch_groups``), at most ``MAX_ROUND_BATCHES`` batches, rounded up
     so that the round's ``groups * G`` rows split evenly over ``world_size`` ranks. Each round costs a whole

@@ -177,12 +177,12 @@ class PromptSkipper:
         predictor also each group's ``successes`` and valid ``rows``, ``group_successes``)."""
         if not isinstance(self.predictor, StreakPredictor) and (successes is None or rows is None):
             raise ValueError("A rate predictor needs each group's successes and rows with its outcome.")
-        keys = torch.tensor(keys, dtype=torch.long)
+        key_ids = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
-            taken = self.hashed.claim(keys)
+            taken = self.hashed.claim(key_ids)
             self.history.kind[taken], self.history.streak[taken] = 0, 0
             self.predictor.clear(taken)
-        slots = self._slots(keys)
+        slots = self._slots(key_ids)
         self.history.record(slots.tolist(), outcomes)
         self.predictor.record(slots, outcomes, successes, rows)
 
@@ -201,18 +201,21 @@ class PromptSkipper:
         rewards = torch.cat([part.task_rewards for part in parts])
         valid = torch.cat([part.valid for part in parts])
         low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)
-        keys, outcomes, successes, rows = [], [], [], []
+        keys: list[int] = []
+        part_outcomes: list[torch.Tensor] = []
+        part_successes: list[torch.Tensor] = []
+        part_rows: list[torch.Tensor] = []
         for part in parts:
-            outcomes.append(group_outcomes(part.task_rewards, part.valid, part.group_size, atol, low_high))
-            part_successes, part_rows = group_successes(part.task_rewards, part.valid, part.group_size, low_high)
-            successes.append(part_successes)
-            rows.append(part_rows)
+            part_outcomes.append(group_outcomes(part.task_rewards, part.valid, part.group_size, atol, low_high))
+            successes, rows = group_successes(part.task_rewards, part.valid, part.group_size, low_high)
+            part_successes.append(successes)
+            part_rows.append(rows)
             keys += part.keys
         keys += unfinished_keys
         unfinished = len(unfinished_keys)
-        outcomes = torch.cat([*outcomes, torch.full((unfinished,), int(Outcome.INFORMATIVE), dtype=torch.long)])
-        successes = torch.cat([*successes, torch.zeros(unfinished, dtype=torch.float64)])
-        rows = torch.cat([*rows, torch.zeros(unfinished, dtype=torch.float64)])
+        outcomes = torch.cat([*part_outcomes, torch.full((unfinished,), int(Outcome.INFORMATIVE), dtype=torch.long)])
+        successes = torch.cat([*part_successes, torch.zeros(unfinished, dtype=torch.float64)])
+        rows = torch.cat([*part_rows, torch.zeros(unfinished, dtype=torch.float64)])
         self.record(keys, outcomes, successes, rows)
         drawn = len(keys) + skipped
         metrics = {

@@ -154,7 +154,7 @@ def build_state(
     num_generations: int,
     world_size: int,
     rank: int,
-    shuffle_dataset: bool = True,
+    shuffle_dataset: bool | None = True,
     has_environments: bool = False,
 ) -> ZeroStdState:
     """The state of a run, checked against TRL's config (``trl_args``, ``trainer_kind``: "grpo" or "rloo"); with
@@ -181,12 +181,12 @@ def prompt_source(
     dataset,
     seed: int,
     num_generations: int,
-    shuffle_dataset: bool,
+    shuffle_dataset: bool | None,
     has_environments: bool,
 ) -> tuple[PromptStream | RowStream, PromptSkipper | None]:
     """The seeded prompt stream over ``dataset`` and, with prompt skipping, its skipper."""
     key, skipping, prior_key = settings.skip_history_key, settings.skip_zero_std_prompts, settings.skip_prior_key
-    predictor = {"predictor": settings.skip_predictor, "group_size": num_generations}
+    predictor, group_size = settings.skip_predictor, num_generations
     if isinstance(dataset, IterableDataset):
         if prior_key is not None:
             raise ValueError(
@@ -194,11 +194,13 @@ def prompt_source(
                 "column up front); this train_dataset is streaming (IterableDataset). Leave skip_prior_key unset, "
                 "or pass a datasets.Dataset."
             )
-        stream = row_stream(dataset, (key or "prompt") if skipping else None, seed, shuffle_dataset)
+        stream: PromptStream | RowStream = row_stream(
+            dataset, (key or "prompt") if skipping else None, seed, shuffle_dataset
+        )
         if not skipping:
             return stream, None
         target, floor = settings.skip_target_zero_std_frac, settings.skip_min_draw_prob
-        return stream, PromptSkipper.streaming(target, floor, **predictor)
+        return stream, PromptSkipper.streaming(target, floor, predictor=predictor, group_size=group_size)
     stream = PromptStream(len(dataset), seed)
     if not skipping:
         return stream, None
@@ -222,11 +224,12 @@ def prompt_source(
         settings.skip_min_draw_prob,
         keys=None if key is None else [repr(value) for value in dataset[key]],
         prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
-        **predictor,
+        predictor=predictor,
+        group_size=group_size,
     )
 
 
-def row_stream(dataset: IterableDataset, key_column: str | None, seed: int, shuffle_dataset: bool) -> RowStream:
+def row_stream(dataset: IterableDataset, key_column: str | None, seed: int, shuffle_dataset: bool | None) -> RowStream:
     """A seeded stream over a streaming train_dataset: a buffered shuffle as TRL's, with another seed; each row keyed
     by ``history_key`` of its ``key_column`` (None: no skipping, key 0)."""
     if shuffle_dataset:

@@ -114,7 +114,10 @@ class SuccessRatePredictor:
     def draw_prob(self, slots: torch.Tensor, history: PromptHistory) -> torch.Tensor:
         return self.rates.draw_prob(slots, self.min_draw_prob)
 
-    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+    def record(
+        self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor | None, rows: torch.Tensor | None
+    ) -> None:
+        assert successes is not None and rows is not None, "PromptSkipper.record refuses a rate predictor without them"
         self.rates.record(slots, successes, rows)
 
     def clear(self, slots: torch.Tensor) -> None:
