@@ -116,7 +116,6 @@ def save_vlm(model_cls, config, tokenizer, processor, path: str) -> TinyVLM:
     return TinyVLM(path, processor)
 
 
-
 def save_tiny_moe_model(tokenizer, path: str) -> str:
     """A tiny Qwen2-MoE (4 experts, 2 per token) whose load-balancing auxiliary loss TRL adds to the loss; saved,
     since TRL loads the reference model from the policy's path."""
