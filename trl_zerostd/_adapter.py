@@ -71,6 +71,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             self.accelerator.process_index,
             shuffle_dataset=self.shuffle_dataset,
             has_environments=bool(getattr(self, "environment_factories", None)),
+            has_rollout_func=getattr(self, "rollout_func", None) is not None,
         )
         end_process_group_at_exit(self.accelerator)
 

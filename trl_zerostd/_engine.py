@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -31,6 +32,16 @@ def aligned_copies(gathered_prompts: list, most: int) -> int:
         if total % n == 0 and all(gathered_prompts[i] == gathered_prompts[i - i % n] for i in range(total)):
             return n
     return 1
+
+
+def prompt_key(prompt_ids: list[int], images: list | None) -> tuple:
+    """What makes two rows' prompts the same for the engine: their token ids and, with images, the images' pixels
+    (two images of one size give the same image tokens; TRL's server path sends a block's first image only)."""
+    if not images:
+        return tuple(prompt_ids)
+    digests = tuple(hashlib.blake2b(image.tobytes(), digest_size=8).hexdigest() + f"{image.size}{image.mode}"
+                    for image in images)  # fmt: skip
+    return tuple(prompt_ids), digests
 
 
 def engine_calls(rows: int, most: int) -> list[slice]:

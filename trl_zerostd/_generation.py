@@ -16,7 +16,7 @@ from accelerate.utils import gather, gather_object
 
 from . import _trl, core
 from ._batch import Generation, GenerationBatch, Phase
-from ._engine import aligned_copies, before_engine_call, engine_calls, one_sleep_per_batch
+from ._engine import aligned_copies, before_engine_call, engine_calls, one_sleep_per_batch, prompt_key
 from ._host import TrainerHost
 from .refill import BatchRefiller
 from .rounds import GatheredRows, RefilledBatch, RoundRequest
@@ -106,9 +106,10 @@ class GenerationSide(TrainerHost):
     def _engine_calls(self, prompt_ids: list, images: list | None, multimodal_fields: dict, copies: int, decode):
         """TRL's ``_generate_single_turn`` for a training batch, as ``decode(prompt_ids, images, multimodal_fields,
         copies)`` calls of at most TRL's generation batch of rows, each asking vLLM's server for as many ``copies`` per
-        prompt as its gathered prompts hold aligned (``_engine.py``); a list of the calls' results, in row order.
-        HF generate with image fields (flat over images) decodes in one call."""
-        if self._generation_batch is None:
+        prompt as its gathered prompts (and images) hold aligned (``_engine.py``); a list of the calls' results, in row
+        order. HF generate with image fields (flat over images) decodes in one call; the tool loop's calls (one copy
+        per row, a number of rows that differs by rank) are TRL's own."""
+        if self._generation_batch is None or copies == 1:
             return [decode(prompt_ids, images, multimodal_fields, copies)]
         steps = self.args.steps_per_generation
         assert steps is not None, "TRL's config sets steps_per_generation (default: gradient_accumulation_steps)"
@@ -117,10 +118,12 @@ class GenerationSide(TrainerHost):
         server = self.use_vllm and self.vllm_mode == "server"
         results = []
         for rows in calls:
-            ids = prompt_ids[rows]
-            n = aligned_copies(gather_object(ids), copies) if server else copies
+            ids, call_images, n = prompt_ids[rows], None if images is None else images[rows], copies
+            if server:  # every rank gathers, whether or not its rows have images
+                keys = [prompt_key(row, None if call_images is None else call_images[i]) for i, row in enumerate(ids)]
+                n = aligned_copies(gather_object(keys), copies)
             before_engine_call(self._vllm_generation())
-            results.append(decode(ids, None if images is None else images[rows], multimodal_fields, n))
+            results.append(decode(ids, call_images, multimodal_fields, n))
         return results
 
     def _vllm_generation(self):

@@ -56,26 +56,28 @@ class OutputKeys(TypedDict, total=False):
 
 
 def split_grpo(generated: tuple) -> list[tuple]:
-    """``GRPOTrainer._generate``'s result as one record per row (a refill regroups rows); ``images`` is rebuilt by
-    TRL from the dataset rows and is not kept."""
+    """``GRPOTrainer._generate``'s result as one record per row (a refill regroups rows); a row's ``images`` are its
+    dataset images and those its tools returned, which the training forward reads."""
     out = GRPOGenerated(*generated)
     rows = len(out.completion_ids)
     extras = [{key: value[i] if isinstance(value, list) else value for key, value in out.extra_fields.items()}
               for i in range(rows)]  # fmt: skip
     return list(
         zip(out.prompt_ids, out.completion_ids, per_row(out.tool_mask, rows), out.completions,
-            per_row(out.sampling_per_token_logps, rows), extras, per_row(out.tool_images, rows), strict=True)
+            per_row(out.sampling_per_token_logps, rows), extras, per_row(out.images, rows),
+            per_row(out.tool_images, rows), strict=True)
     )  # fmt: skip
 
 
 def join_grpo(records: list[tuple]) -> GRPOGenerated:
     """The inverse of ``split_grpo``."""
-    prompt_ids, completion_ids, tool_mask, completions, logprobs, extras, tool_images = map(list, zip(*records))
+    columns = [list(column) for column in zip(*records)]
+    prompt_ids, completion_ids, tool_mask, completions, logprobs, extras, images, tool_images = columns
     keys = dict.fromkeys(key for extra in extras for key in extra)
     extra_fields = {key: [extra.get(key) for extra in extras] for key in keys}
-    tool_images = tool_images if any(images is not None for images in tool_images) else []
+    tool_images = tool_images if any(row is not None for row in tool_images) else []
     return GRPOGenerated(prompt_ids, completion_ids, all_or_none(tool_mask), completions, all_or_none(logprobs),
-                         extra_fields, None, tool_images)  # fmt: skip
+                         extra_fields, all_or_none(images), tool_images)  # fmt: skip
 
 
 def split_rloo(generated: tuple) -> list[tuple]:

@@ -147,10 +147,11 @@ class ZeroStdArguments:
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
 # Fields that decide only how each batch trains (what it masks, the normalisers, the KL choice, which rows are
 # forwarded): no object carries them across steps, so a resume may change them. Every other field configures an
-# object with state (the prompt stream, the refill, the skipper and its histories) and may not change on resume.
+# object with state (the prompt stream, the refill, the skipper and its histories) and may not change on resume;
+# zero_std_atol decides masking too, but the refill's counts and the skip histories were counted under it.
 PER_BATCH_FIELDS = (
-    "mask_zero_std_groups", "zero_std_atol", "zero_std_normalization", "exclude_masked_from_baseline",
-    "skip_masked_rows", "zero_std_kl",
+    "mask_zero_std_groups", "zero_std_normalization", "exclude_masked_from_baseline", "skip_masked_rows",
+    "zero_std_kl",
 )  # fmt: skip
 STATEFUL_FIELDS = tuple(name for name in ZERO_STD_FIELDS if name not in PER_BATCH_FIELDS)
 

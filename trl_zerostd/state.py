@@ -156,6 +156,7 @@ def build_state(
     rank: int,
     shuffle_dataset: bool | None = True,
     has_environments: bool = False,
+    has_rollout_func: bool = False,
 ) -> ZeroStdState:
     """The state of a run, checked against TRL's config (``trl_args``, ``trainer_kind``: "grpo" or "rloo"); with
     dynamic sampling or prompt skipping, the refill over ``train_dataset``, whose dataset-dependent settings are
@@ -168,12 +169,26 @@ def build_state(
     monitor = StallMonitor(advice=advice)
     refiller = None
     if settings.dynamic_sampling or settings.skip_zero_std_prompts:
+        check_rollout_alignment(trl_args, has_rollout_func)
         stream, skipper = prompt_source(
             settings, train_dataset, trl_args.seed, num_generations, shuffle_dataset, has_environments
         )
         dataset = None if isinstance(stream, RowStream) else train_dataset
         refiller = BatchRefiller(settings, stream, dataset, num_generations, world_size, rank, skipper)
     return ZeroStdState(settings, monitor, refiller)
+
+
+def check_rollout_alignment(trl_args, has_rollout_func: bool) -> None:
+    """A refill round hands a rollout_func rows that are not aligned groups of num_generations copies (a screen's few
+    rows a prompt, a round's share on a rank), and TRL's server path needs them aligned: a rollout that asks the server
+    for num_generations completions of every num_generations-th prompt would train on another prompt's."""
+    if has_rollout_func and getattr(trl_args, "use_vllm", False) and getattr(trl_args, "vllm_mode", "") == "server":
+        raise ValueError(
+            "dynamic_sampling and skip_zero_std_prompts with a rollout_func under use_vllm=True, vllm_mode='server': "
+            "a refill round's rows are not aligned groups of num_generations copies, which TRL's server path "
+            "assumes, so a completion could be trained against another prompt. Use vllm_mode='colocate', or turn "
+            "dynamic_sampling and skip_zero_std_prompts off."
+        )
 
 
 def prompt_source(

@@ -55,10 +55,11 @@ def table_reward(table):
 
 def build_trainer(
     tokenizer, base_model, output_root, kind="grpo", ours=True, reward_funcs=answer_reward, prompts=PROMPTS,
-    model=None, peft_config=None, streaming=False, **config,
+    model=None, peft_config=None, streaming=False, rollout_func=None, **config,
 ):  # fmt: skip
     """A trainer on a fresh copy of ``base_model`` (or ``model``) writing under ``output_root`` (``streaming``: the
-    train set as an ``IterableDataset``); ``config``: its config fields over the tests' defaults."""
+    train set as an ``IterableDataset``; ``rollout_func``: TRL's); ``config``: its config fields over the tests'
+    defaults."""
     trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)[kind]
     settings = dict(
         output_dir=str(output_root / ("ours" if ours else "base")),
@@ -89,6 +90,7 @@ def build_trainer(
         eval_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
+        **({"rollout_func": rollout_func} if rollout_func is not None else {}),
     )
 
 

@@ -159,3 +159,16 @@ def test_logged_columns_stand_beside_their_rows(vllm_trainer, mode):
     trainer.train()
     logged = list(trainer._logs["extra"]["origin"])
     assert len(logged) == 8 and logged == list(trainer._logs["prompt"])
+
+
+def test_a_rollout_func_under_server_mode_with_a_refill_is_refused(vllm_trainer):
+    """A rollout_func gets a refill round's rows unaligned, and TRL's server path needs them aligned: refused at init,
+    naming the settings; the same rollout without a refill, or colocated, is accepted."""
+
+    def rollout(prompts, trainer):
+        raise AssertionError("not called at init")
+
+    with pytest.raises(ValueError, match="rollout_func under use_vllm=True, vllm_mode='server'"):
+        vllm_trainer("grpo", "server", rollout_func=rollout, **FEATURES["dynamic"])
+    assert vllm_trainer("grpo", "server", rollout_func=rollout)[0].zero_std.refiller is None
+    assert vllm_trainer("grpo", "colocate", rollout_func=rollout, **FEATURES["dynamic"])[0].zero_std.refiller

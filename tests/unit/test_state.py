@@ -37,8 +37,8 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
             with pytest.raises(ValueError, match=f"settings of objects that carry state.*{name}: this run"):
                 state.load(str(tmp_path))
     assert set(config.PER_BATCH_FIELDS) == {
-        "mask_zero_std_groups", "zero_std_atol", "zero_std_normalization", "exclude_masked_from_baseline",
-        "skip_masked_rows", "zero_std_kl",
+        "mask_zero_std_groups", "zero_std_normalization", "exclude_masked_from_baseline", "skip_masked_rows",
+        "zero_std_kl",
     }  # fmt: skip
 
 
