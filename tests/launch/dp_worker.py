@@ -129,6 +129,26 @@ def whole_parameters(model):
     return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0)
 
 
+def record_trained_rows(trainer, tokenizer) -> list[dict]:
+    """The rows of every training batch the trainer scores (prompt, completion, advantage, loss tokens), filled in as
+    it trains: its ``_generate_and_score_completions`` is wrapped on the instance."""
+    rows: list[dict] = []
+    generate_and_score = trainer._generate_and_score_completions
+
+    def record(inputs):
+        output = generate_and_score(inputs)
+        texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
+        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        for prompt, text, advantage, tokens in zip(
+            prompts, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
+        ):
+            rows.append({"prompt": prompt, "completion": text, "advantage": advantage, "tokens": tokens})
+        return output
+
+    trainer._generate_and_score_completions = record
+    return rows
+
+
 def checksum(model):
     """Sum of every parameter, whole: FSDP2's DTensor shards and ZeRO-3's partitions are gathered (all ranks call)."""
     with whole_parameters(model):
@@ -165,19 +185,7 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
     stub_generation(trainer, completions_for)
     with torch.no_grad(), whole_parameters(trainer.model):  # policy != reference, so the KL gradient is non-zero
         move_policy_away(trainer.model)
-    trained_rows = []
-
-    def record(output):
-        texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
-        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
-        for prompt, text, advantage, tokens in zip(
-            prompts, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
-        ):
-            trained_rows.append({"prompt": prompt, "completion": text, "advantage": advantage, "tokens": tokens})
-        return output
-
-    generate_and_score = trainer._generate_and_score_completions
-    trainer._generate_and_score_completions = lambda inputs: record(generate_and_score(inputs))
+    trained_rows = record_trained_rows(trainer, tokenizer)
     before = checksum(trainer.model)
     trainer.train()
     rank = distributed.get_rank() if distributed.is_initialized() else 0

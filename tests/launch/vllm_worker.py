@@ -19,7 +19,7 @@ from datasets import Dataset
 
 from examples.tiny_model import build_tokenizer
 from examples.train_cli import end_run
-from tests.launch.dp_worker import checksum
+from tests.launch.dp_worker import checksum, record_trained_rows
 from tests.support.fake_vllm import Engine, completions_by_index, install
 from tests.support.trainers import OUR_CLASSES, move_policy_away
 from tests.support.vllm_cases import DATA, FEATURES, GLOBAL_BATCH, TEXTS, VLLM, OriginReward
@@ -46,19 +46,7 @@ def main(model_dir, out_dir, kind, mode, feature):
         engine.policy = trainer.model
         with torch.no_grad():
             move_policy_away(trainer.model)
-        trained = []
-
-        def record(output):
-            texts = tokenizer.batch_decode(output["completion_ids"], skip_special_tokens=True)
-            prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
-            for prompt, text, advantage, tokens in zip(
-                prompts, texts, output["advantages"].tolist(), output["completion_mask"].sum(1).tolist(), strict=True
-            ):
-                trained.append({"prompt": prompt, "completion": text, "advantage": advantage, "tokens": tokens})
-            return output
-
-        generate_and_score = trainer._generate_and_score_completions
-        trainer._generate_and_score_completions = lambda inputs: record(generate_and_score(inputs))
+        trained = record_trained_rows(trainer, tokenizer)
         trainer.train()
     rank = trainer.accelerator.process_index
     result = {
