@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import core
-from .sampling import part_major_order, rank_rows
+from .sampling import rank_rows
 
 
 @dataclass(frozen=True)
@@ -143,10 +143,3 @@ class RefilledBatch:
     truncated: torch.Tensor
     empty: torch.Tensor
     metrics: dict[str, float]
-
-
-def part_major(part_sizes: list[int], world_size: int, *gathered: list) -> list[list]:
-    """Each of ``gathered`` (rank-major lists: each rank's rows of every part in turn, ``part_sizes`` rows a rank)
-    put part-major, each part rank-major, so that a part's groups stay whole."""
-    order = part_major_order(part_sizes, world_size).tolist()
-    return [[values[i] for i in order] for values in gathered]
