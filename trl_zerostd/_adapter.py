@@ -72,6 +72,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             shuffle_dataset=self.shuffle_dataset,
             has_environments=bool(getattr(self, "environment_factories", None)),
             has_rollout_func=getattr(self, "rollout_func", None) is not None,
+            reward_func_names=list(self.reward_func_names),
         )
         end_process_group_at_exit(self.accelerator)
 
@@ -84,7 +85,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)
         try:
-            if self.zero_std.refiller is not None:  # dynamic sampling or prompt skipping
+            if self.zero_std.refiller is not None:  # dynamic sampling, prompt skipping, budgets
                 self._refill(self.zero_std.refiller, batch)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:

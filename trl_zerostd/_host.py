@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         vllm_mode: str
         mask_truncated_completions: bool
         eos_token_ids: list[int]
+        reward_func_names: list[str]
         _tokenizer: PreTrainedTokenizerBase
 
         def _generate(self, prompts: list) -> tuple: ...

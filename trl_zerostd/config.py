@@ -81,6 +81,38 @@ class ZeroStdArguments:
             ">= 2 and < num_generations."
         },
     )
+    per_prompt_budgets: bool = field(
+        default=False,
+        metadata={
+            "help": "Size each prompt's group: generate budget_step completions of every prompt of the batch first; a "
+            "prompt whose completions differ in task reward is completed to num_generations, one whose completions "
+            "all tie gets budget_step more only while the chance that the rest of its group would break the tie is "
+            "at least budget_continue_prob (its predicted success rate with skip_predictor='success_rate', else a "
+            "uniform prior). Completions never generated are empty slots: never forwarded, in no normaliser. Every "
+            "prompt comes from a seeded stream over the train dataset."
+        },
+    )
+    budget_step: int = field(
+        default=2,
+        metadata={"help": "per_prompt_budgets: completions generated per prompt at a time (>= 2, < num_generations)."},
+    )
+    budget_continue_prob: float = field(
+        default=0.5,
+        metadata={
+            "help": "per_prompt_budgets: a tied prompt gets more completions while the predicted probability that "
+            "the rest of its group breaks the tie is at least this; 0: every group is completed, 1: none that ties."
+        },
+    )
+    zero_std_reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "The reward functions (TRL's names: a function's __name__, a model's name) whose weighted sum "
+            "decides whether a group is informative: masking, dynamic sampling, prompt skipping and budgets read it. "
+            "None: all. Gate on the verifier of a shaped reward (format plus correctness), or an all-wrong group "
+            "whose formats differ trains. A row for which every one of them returned None does not count toward the "
+            "decision; advantages still come from every function, as in TRL."
+        },
+    )
     skip_zero_std_prompts: bool = field(
         default=False,
         metadata={
@@ -170,6 +202,8 @@ NEEDS = (
     ("skip_predictor", "skip_zero_std_prompts", "sets the predictor of prompt skipping"),
     ("skip_history_key", "skip_zero_std_prompts", "keys the histories of prompt skipping"),
     ("skip_prior_key", "skip_zero_std_prompts", "sets the prior of prompt skipping"),
+    ("budget_step", "per_prompt_budgets", "sets the increments of per-prompt budgets"),
+    ("budget_continue_prob", "per_prompt_budgets", "sets when a tied prompt of per-prompt budgets stops"),
 )
 
 
@@ -213,6 +247,29 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             "skip_refill=False with dynamic_sampling=True: dynamic sampling refills every batch to its informative "
             "groups, so a skipped prompt's place is always refilled. Leave skip_refill unset, or turn dynamic "
             "sampling off."
+        )
+    if settings.per_prompt_budgets and settings.dynamic_sampling:
+        raise ValueError(
+            "per_prompt_budgets with dynamic_sampling: dynamic sampling sizes groups by its own screen "
+            "(dynamic_sampling_screen). Turn one of them off."
+        )
+    if settings.per_prompt_budgets and not settings.skip_refill:
+        raise ValueError(
+            "per_prompt_budgets with skip_refill=False: a budgeted batch draws every prompt it generates; leave "
+            "skip_refill unset."
+        )
+    if not settings.budget_step >= 2:
+        raise ValueError(
+            f"budget_step must be >= 2 (one completion cannot differ from itself), got {settings.budget_step!r}."
+        )
+    if not 0 <= settings.budget_continue_prob <= 1:
+        raise ValueError(
+            f"budget_continue_prob must be in [0, 1] (a probability), got {settings.budget_continue_prob!r}."
+        )
+    funcs = settings.zero_std_reward_funcs
+    if funcs is not None and (isinstance(funcs, str) or not funcs or not all(isinstance(f, str) for f in funcs)):
+        raise ValueError(
+            f"zero_std_reward_funcs must be a non-empty list of reward function names, or None, got {funcs!r}."
         )
     if not 0 <= settings.skip_target_zero_std_frac <= 1:
         raise ValueError(
@@ -278,6 +335,13 @@ def check_num_generations(config) -> None:
             f"num_generations must be at least 2 in training (got {config.num_generations}): a group of one "
             "completion has no baseline to compare with. num_generations_eval may be 1."
         )
+    step = getattr(config, "budget_step", 2)
+    if getattr(config, "per_prompt_budgets", False) and config.num_generations is not None:
+        if step >= config.num_generations:
+            raise ValueError(
+                f"budget_step={step} must be below num_generations={config.num_generations}: a budget is part of "
+                "a group."
+            )
     screen = getattr(config, "dynamic_sampling_screen", 0)
     if screen and config.num_generations is not None and screen >= config.num_generations:
         raise ValueError(

@@ -35,10 +35,31 @@ def expand_groups(per_group: torch.Tensor, num_generations: int) -> torch.Tensor
     return per_group.repeat_interleave(num_generations, dim=0)
 
 
-def weighted_task_reward(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
-    """``(N, K) -> (N,)`` weighted sum over reward functions, NaN-skipping; NaN where every function gave None."""
+def weighted_task_reward(
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, decisive: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``(N, K) -> (N,)`` weighted sum over reward functions, NaN-skipping; NaN where every function gave None.
+    ``decisive`` ``(K,)`` bool: the sum over those functions only (``zero_std_reward_funcs``), NaN where each of them
+    gave None."""
+    if decisive is not None:
+        rewards_per_func = rewards_per_func[:, decisive.to(rewards_per_func.device)]
+        reward_weights = reward_weights[decisive.to(reward_weights.device)]
     rewards = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     return rewards.masked_fill(unscorable_rows(rewards_per_func), float("nan"))
+
+
+def decisive_functions(names: Sequence[str], chosen: Sequence[str] | None) -> torch.Tensor | None:
+    """``(K,)`` bool: the reward functions among ``names`` (TRL's ``reward_func_names``) that ``chosen``
+    (``zero_std_reward_funcs``) names; None when ``chosen`` is None (all decide). An unknown name is a ValueError."""
+    if chosen is None:
+        return None
+    unknown = [name for name in chosen if name not in names]
+    if unknown:
+        raise ValueError(
+            f"zero_std_reward_funcs names {unknown}, which are not reward functions of this trainer: its reward "
+            f"functions are {list(names)} (a function's __name__, a reward model's name)."
+        )
+    return torch.tensor([name in chosen for name in names], dtype=torch.bool)
 
 
 def unscorable_rows(rewards_per_func: torch.Tensor) -> torch.Tensor:
@@ -264,7 +285,8 @@ def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> d
     is none of them); ``row_tokens`` ``(N,)``: TRL's loss tokens per row."""
     generated = plan.generated
     rows = generated.sum().clamp(min=1)
-    groups = (rows / len(generated) * len(plan.zero_std_groups)).clamp(min=1)  # an empty slot is a whole group
+    group_size = len(generated) // max(len(plan.zero_std_groups), 1)
+    groups = grouped(generated, group_size).any(dim=1).sum().clamp(min=1)  # a group with a generated row
     row_tokens = row_tokens * generated
 
     def share(mask: torch.Tensor, count: torch.Tensor) -> float:

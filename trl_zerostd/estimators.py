@@ -110,10 +110,14 @@ def rloo_advantages(
 
 
 def clipped_task_reward(
-    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, reward_clip_range: tuple[float, float] | None
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,
+    reward_clip_range: tuple[float, float] | None,
+    decisive: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """RLOO's task reward: the weighted sum, clipped to ``reward_clip_range`` when set (NaN for unscorable rows)."""
-    rewards = weighted_task_reward(rewards_per_func, reward_weights)
+    """RLOO's task reward: the weighted sum (over the ``decisive`` functions, ``weighted_task_reward``), clipped to
+    ``reward_clip_range`` when set (NaN for unscorable rows)."""
+    rewards = weighted_task_reward(rewards_per_func, reward_weights, decisive)
     if reward_clip_range:
         rewards = rewards.clamp(min=reward_clip_range[0], max=reward_clip_range[1])
     return rewards

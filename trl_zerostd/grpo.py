@@ -48,7 +48,7 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         return _trl.join_grpo(records)
 
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        return core.weighted_task_reward(rewards_per_func, self.reward_weights)
+        return core.weighted_task_reward(rewards_per_func, self.reward_weights, self._state.decisive_funcs)
 
     def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
         return plan.forwarded

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import core
+from .budgets import UNIFORM_PRIOR, even_over_ranks, next_copies, tie_break_prob
 from .config import ZeroStdArguments
 from .rounds import GatheredRows, GeneratedPool, RefilledBatch, RoundPart, RoundRequest, Screened
 from .sampling import (
@@ -42,7 +43,7 @@ from .sampling import (
     rank_rows,
     refill_groups,
 )
-from .skipping import GroupsOfOneSize, PromptSkipper
+from .skipping import GroupsOfOneSize, PromptSkipper, group_successes
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -82,6 +83,8 @@ class BatchRefiller:
         metrics: dict[str, float] = {}
         if dynamic and self.settings.dynamic_sampling_screen:
             rounds, (informative, generated) = yield from self._fill_screened(pool, needed, metrics)
+        elif self.settings.per_prompt_budgets:
+            rounds, (informative, generated) = yield from self._fill_budgeted(pool, needed, reward_range, metrics)
         else:
             rounds, (informative, generated) = yield from self._fill_whole(pool, inputs, needed)
         if self.skipper is not None:
@@ -93,9 +96,9 @@ class BatchRefiller:
             chosen = choose_groups(torch.cat(pool.informative), needed)
         row_ids = (chosen.unsqueeze(1) * G + torch.arange(G)).view(-1)
         batch = GatheredRows.concat(pool.groups)
-        empty = torch.zeros(len(row_ids), dtype=torch.bool)
+        empty = torch.cat(pool.empty)[row_ids]
         if pool.slots is not None:
-            empty = core.expand_groups(pool.slots < 0, G)
+            empty |= core.expand_groups(pool.slots < 0, G)
             metrics["prompt_skip/empty_slot_frac"] = (pool.slots < 0).float().mean().item()
         empty = empty.to(batch.truncated.device)
         rewards_per_func = batch.rewards_per_func[row_ids].masked_fill(empty.unsqueeze(1), float("nan"))
@@ -199,6 +202,44 @@ class BatchRefiller:
         if screened:
             metrics["dynamic_sampling/screen_pass_frac"] = passed / screened
         self.informative_history = (RATE_DECAY * (seen_passed + passed), RATE_DECAY * (seen_screened + screened))
+        return rounds, pool.counts()
+
+    def _fill_budgeted(self, pool: GeneratedPool, needed: int, reward_range, metrics: dict) -> Rounds:
+        """Per-prompt budgets: the batch's ``needed`` prompts from the stream, each sampled ``budget_step`` rows at a
+        time as ``budgets.next_copies`` says, a round asking every prompt that goes on at once; each group is its rows
+        then empty slots up to ``G``. Returns the rounds and ``pool.counts()``."""
+        G, settings = self.num_generations, self.settings
+        prompts, keys = self._stream_prompts(pool, needed)
+        prior = self.skipper.success_prior(keys) if self.skipper is not None else None
+        prior_a, prior_b = prior if prior is not None else (torch.full((needed,), a) for a in UNIFORM_PRIOR)
+        pieces: list[list[GatheredRows]] = [[] for _ in prompts]
+        step, continue_prob = settings.budget_step, settings.budget_continue_prob
+        copies = even_over_ranks(torch.full((needed,), step), torch.full((needed,), G), self.world_size)
+        rounds = 0
+        while int(copies.sum()) > 0:
+            asked = copies.nonzero().view(-1).tolist()
+            request = RoundPart([prompts[i] for i in asked], tuple(copies[asked].tolist()), [keys[i] for i in asked])
+            (part,) = yield RoundRequest([request])
+            starts = torch.cat([torch.zeros(1, dtype=torch.long), copies[asked].cumsum(0)]).tolist()
+            for i, start, stop in zip(asked, starts, starts[1:]):
+                pieces[i].append(part.take(start, stop))
+            rounds += 1
+            counts = torch.tensor([sum(len(piece.rows) for piece in group) for group in pieces])
+            padded = [GatheredRows.concat(group).padded(G) for group in pieces]
+            groups = GatheredRows.concat([rows for rows, _ in padded])
+            informative = self._informative_groups(groups, G)
+            low_high = core.widen_reward_range(reward_range, groups.task_rewards, groups.valid()) or (0.0, 0.0)
+            successes, valid_rows = group_successes(groups.task_rewards, groups.valid(), G, low_high)
+            break_prob = tie_break_prob(prior_a, prior_b, successes, valid_rows, G - counts)
+            wanted = next_copies(counts, informative, break_prob, G, step, continue_prob)
+            copies = even_over_ranks(wanted, G - counts, self.world_size)
+        pool.add(groups, informative, keys, torch.cat([empty for _, empty in padded]))
+        metrics.update({
+            "budget/rounds": rounds,
+            "budget/completions_per_prompt": counts.float().mean().item(),
+            "budget/full_group_frac": (counts == G).float().mean().item(),
+            "budget/informative_group_frac": informative.float().mean().item(),
+        })  # fmt: skip
         return rounds, pool.counts()
 
     def _stream_prompts(self, pool: GeneratedPool, count: int) -> tuple[list[dict], list[int]]:

@@ -59,7 +59,9 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return _trl.join_rloo(records)
 
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        return clipped_task_reward(rewards_per_func, self.reward_weights, self.reward_clip_range)
+        return clipped_task_reward(
+            rewards_per_func, self.reward_weights, self.reward_clip_range, self._state.decisive_funcs
+        )
 
     def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
         # A row's KL enters the reward, hence the baselines, of the rows it shares statistics with (stat_rows)

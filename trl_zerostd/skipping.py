@@ -166,6 +166,15 @@ class PromptSkipper:
         probs = self.predictor.draw_prob(self._slots(keys), self.history)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
+    def success_prior(self, keys: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(k,)`` ``Beta`` parameters of each prompt's success rate as the ``"success_rate"`` predictor holds them
+        before its next group (per-prompt budgets read them); None under the streak, which holds no rate."""
+        if not isinstance(self.predictor, SuccessRatePredictor):
+            return None
+        key_ids = torch.tensor(keys, dtype=torch.long)
+        own = self.hashed.known(key_ids) if self.hashed is not None else True
+        return self.predictor.rates.beta(self._slots(key_ids), own)
+
     def record(
         self,
         keys: list[int],

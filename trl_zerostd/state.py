@@ -1,9 +1,9 @@
 """The package's state in a trainer, in one typed home: ``ZeroStdState`` holds the settings, the task-reward range,
-the stall monitor and, when dynamic sampling or prompt skipping is on, the ``BatchRefiller`` (prompt stream and
-skipper). ``build_state`` is the one place that turns settings into objects: the refill is on exactly when
-``state.refiller`` exists (dynamic sampling or prompt skipping), prompt skipping exactly when ``state.skipper``
-exists, and no code reads those two switches again; the refill reads its own mode (dynamic sampling, its screen)
-from the settings it holds.
+the stall monitor and, when dynamic sampling, prompt skipping or per-prompt budgets are on, the ``BatchRefiller``
+(prompt stream and skipper). ``build_state`` is the one place that turns settings into objects: the refill is on
+exactly when ``state.refiller`` exists (dynamic sampling, prompt skipping, budgets), prompt skipping exactly when
+``state.skipper`` exists, and no code reads those switches again; the refill reads its own mode (dynamic sampling,
+its screen, budgets) from the settings it holds.
 
 A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
 stream's place, the refill's decayed group counts), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
@@ -39,11 +39,14 @@ SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
 class ZeroStdState:
     """Everything the package keeps across a run (a trainer holds it as ``zero_std``). ``reward_range``: the lowest
     and highest valid task reward seen in training (``zero_std_kl="keep_failed"`` and the skip outcomes read it);
-    ``rows_trained_this_step``: rows with a policy or KL term in the optimizer step so far, all micro-batches."""
+    ``rows_trained_this_step``: rows with a policy or KL term in the optimizer step so far, all micro-batches;
+    ``decisive_funcs``: ``(K,)`` bool, the reward functions whose sum decides a tie (``zero_std_reward_funcs``; None:
+    all)."""
 
     settings: ZeroStdArguments
     stall_monitor: StallMonitor
     refiller: BatchRefiller | None = None
+    decisive_funcs: torch.Tensor | None = None
     reward_range: tuple[float, float] | None = None
     rows_trained_this_step: int = 0
 
@@ -131,6 +134,7 @@ class ZeroStdState:
             on = {
                 "dynamic_sampling": self.settings.dynamic_sampling,
                 "skip_zero_std_prompts": self.skipper is not None,
+                "per_prompt_budgets": self.settings.per_prompt_budgets,
             }
             features = " and ".join(name for name, is_on in on.items() if is_on)
             return [
@@ -157,10 +161,11 @@ def build_state(
     shuffle_dataset: bool | None = True,
     has_environments: bool = False,
     has_rollout_func: bool = False,
+    reward_func_names: list[str] | None = None,
 ) -> ZeroStdState:
     """The state of a run, checked against TRL's config (``trl_args``, ``trainer_kind``: "grpo" or "rloo"); with
-    dynamic sampling or prompt skipping, the refill over ``train_dataset``, whose dataset-dependent settings are
-    checked here (a ValueError names the setting at fault)."""
+    dynamic sampling, prompt skipping or budgets, the refill over ``train_dataset``, whose dataset-dependent settings
+    are checked here (a ValueError names the setting at fault)."""
     check_compatible(settings, trl_args, trainer_kind)
     advice = partial(
         stall_advice, zero_std_kl=settings.zero_std_kl, dynamic_sampling=settings.dynamic_sampling,
@@ -168,14 +173,15 @@ def build_state(
     )  # fmt: skip
     monitor = StallMonitor(advice=advice)
     refiller = None
-    if settings.dynamic_sampling or settings.skip_zero_std_prompts:
+    if settings.dynamic_sampling or settings.skip_zero_std_prompts or settings.per_prompt_budgets:
         check_rollout_alignment(trl_args, has_rollout_func)
         stream, skipper = prompt_source(
             settings, train_dataset, trl_args.seed, num_generations, shuffle_dataset, has_environments
         )
         dataset = None if isinstance(stream, RowStream) else train_dataset
         refiller = BatchRefiller(settings, stream, dataset, num_generations, world_size, rank, skipper)
-    return ZeroStdState(settings, monitor, refiller)
+    decisive = core.decisive_functions(reward_func_names or [], settings.zero_std_reward_funcs)
+    return ZeroStdState(settings, monitor, refiller, decisive)
 
 
 def check_rollout_alignment(trl_args, has_rollout_func: bool) -> None:
@@ -184,10 +190,11 @@ def check_rollout_alignment(trl_args, has_rollout_func: bool) -> None:
     for num_generations completions of every num_generations-th prompt would train on another prompt's."""
     if has_rollout_func and getattr(trl_args, "use_vllm", False) and getattr(trl_args, "vllm_mode", "") == "server":
         raise ValueError(
-            "dynamic_sampling and skip_zero_std_prompts with a rollout_func under use_vllm=True, vllm_mode='server': "
+            "dynamic_sampling, skip_zero_std_prompts and per_prompt_budgets with a rollout_func under use_vllm=True, "
+            "vllm_mode='server': "
             "a refill round's rows are not aligned groups of num_generations copies, which TRL's server path "
             "assumes, so a completion could be trained against another prompt. Use vllm_mode='colocate', or turn "
-            "dynamic_sampling and skip_zero_std_prompts off."
+            "dynamic_sampling, skip_zero_std_prompts and per_prompt_budgets off."
         )
 
 

@@ -79,13 +79,20 @@ class SuccessRates:
         rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
 
+    def beta(self, slots: torch.Tensor, own: bool | torch.Tensor = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k,)`` float64 ``Beta`` parameters of each slot's prompt's success rate: its group's rate weighing
+        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures (``own`` False, or ``(k,)`` bool False
+        where: of a never-drawn prompt of the slot's group)."""
+        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
+        own = torch.as_tensor(own, dtype=torch.float64)
+        successes, rows = self.successes[slots].double() * own, self.rows[slots].double() * own
+        failures = (rows - successes).clamp(min=0)
+        return prior + successes, RATE_PRIOR_ROWS - prior + failures
+
     def informative_prob(self, slots: torch.Tensor, own: bool = True) -> torch.Tensor:
         """``(k,)`` predicted probability that the next group of each slot's prompt is informative (``own=False``: of
         a never-drawn prompt of the slot's group)."""
-        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        successes, rows = self.successes[slots].double() * own, self.rows[slots].double() * own
-        failures = (rows - successes).clamp(min=0)
-        return informative_prob(prior + successes, RATE_PRIOR_ROWS - prior + failures, self.group_size)
+        return informative_prob(*self.beta(slots, own), self.group_size)
 
     def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
         """``(k,)`` probability of drawing each slot's prompt."""

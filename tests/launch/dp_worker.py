@@ -38,8 +38,9 @@ from trl_zerostd._adapter import ZeroStdAdapter
 from trl_zerostd.config import ZERO_STD_FIELDS
 
 GLOBAL_BATCH = 8
-# Completions cycle with period 2 over a prompt's rows in one generation call, so they do not depend on how a group's
-# rows are split over ranks (a refill round of one group puts 2 rows on each of 2 ranks).
+# Completions cycle with period 2 over the rows of a generation call in their global order (this rank's call is its
+# slice of the round: the rows before it are RANK times as many), so they do not depend on how a round's rows are
+# split over ranks, even a prompt's rows cut at an odd place, as long as every rank decodes its rows in one call.
 COMPLETIONS = {"1+1=": ["2", "2 a"], "2+3=": ["5 x", "3"], "4+4=": ["8", "1 x"], "3+5=": ["9", "8 y"]}
 SCENARIOS = {
     "masking": {"prompts": ["1+1=", "2+3="], "config": {}, "reward": answer_reward},
@@ -78,18 +79,20 @@ SCENARIOS = {
         },
         "reward": answer_reward,
     },
+    "budgets": {  # a tie stops at its first 2 rows (2 empty slots); the informative prompts get 2 more
+        "prompts": list(COMPLETIONS),
+        "config": {"per_prompt_budgets": True, "budget_continue_prob": 1.0, "max_steps": 3},
+        "reward": answer_reward,
+    },
 }
 # the train set as an IterableDataset: histories keyed by hashed prompts
 SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
 
 
 def completions_for(prompts):
-    """Rank-independent: the i-th row of a prompt in this call gets COMPLETIONS[prompt][i % 2]."""
-    seen, texts = {}, []
-    for prompt in prompts:
-        texts.append(COMPLETIONS[prompt][seen.get(prompt, 0) % 2])
-        seen[prompt] = seen.get(prompt, 0) + 1
-    return texts
+    """Rank-independent: the row at global place ``k`` of the call gets COMPLETIONS[prompt][k % 2]."""
+    offset = int(os.environ.get("RANK", "0")) * len(prompts)
+    return [COMPLETIONS[prompt][(offset + i) % 2] for i, prompt in enumerate(prompts)]
 
 
 def force_cpu_fsdp():

@@ -9,11 +9,12 @@ tests.launch.resume_worker``; ``accelerate launch -m`` for 2 processes):
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
 the stream, the history is keyed by hashed prompts); ``ours-rate`` the same as ``ours`` with the success-rate
-predictor and a prior by prompt text; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash
-of every parameter's bytes and the logged metrics of each step (timings dropped).
+predictor and a prior by prompt text; ``ours-budgets`` per-prompt budgets on that predictor, with skipping and
+``keep_failed``, without dynamic sampling; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a
+hash of every parameter's bytes and the logged metrics of each step (timings dropped).
 
-Usage: python -m tests.launch.resume_worker MODEL_DIR RUN_DIR full|kill|resume ours|ours-streaming|ours-rate|base
-       [KILLED_RUN_DIR]
+Usage: python -m tests.launch.resume_worker MODEL_DIR RUN_DIR full|kill|resume
+       ours|ours-streaming|ours-rate|ours-budgets|base [KILLED_RUN_DIR]
 """
 
 import hashlib
@@ -41,6 +42,12 @@ SETTINGS = {
     "ours": OURS,
     "ours-streaming": OURS,
     "ours-rate": {**OURS, "skip_predictor": "success_rate", "skip_prior_key": "prompt"},
+    "ours-budgets": {
+        **{k: v for k, v in OURS.items() if k != "dynamic_sampling"},
+        "per_prompt_budgets": True,
+        "skip_predictor": "success_rate",
+        "skip_prior_key": "prompt",
+    },  # fmt: skip
     "base": {},
 }
 

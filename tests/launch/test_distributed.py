@@ -64,6 +64,18 @@ def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
     assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
 
 
+def test_budgets_two_processes_match_one(tiny_model_dir, tmp_path):
+    """Rounds of 2 rows a prompt cut the informative prompts' rows at odd places over 2 ranks: the same rows,
+    advantages, empty slots (no loss tokens) and parameters as one process."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "budgets")
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "budgets", num_processes=1)
+    assert by_row(ranks) == by_row(single)
+    key = "budget/completions_per_prompt"
+    per_prompt = [[entry[key] for entry in result[0]["logs"]] for result in (ranks, single)]
+    assert per_prompt[0] == per_prompt[1] and min(per_prompt[1]) < 4  # a tie stopped early
+    assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+
+
 @pytest.mark.parametrize("num_processes", [1, 2])
 def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir, tmp_path, num_processes):
     """Every group zero-variance: 3 rounds, then the batch trains masked; no rank hangs, no parameter moves."""

@@ -14,7 +14,12 @@ from tests.support.vllm_cases import GLOBAL_BATCH
 
 @pytest.mark.parametrize(
     "kind,mode,feature",
-    [("grpo", "server", "screen"), ("grpo", "colocate", "dynamic_skipping"), ("rloo", "server", "dynamic")],
+    [
+        ("grpo", "server", "screen"),
+        ("grpo", "colocate", "dynamic_skipping"),
+        ("rloo", "server", "dynamic"),
+        ("grpo", "server", "budgets"),
+    ],
 )
 def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind, mode, feature):
     """Two ranks over gloo (server: rank 0 asks the engine for every rank's rows and each takes its slice; colocate:

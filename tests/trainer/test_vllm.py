@@ -49,11 +49,29 @@ def test_every_row_is_generated_for_its_own_prompt(vllm_trainer, mode, feature):
 
 
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-@pytest.mark.parametrize("feature", ["masking", "screen", "dynamic_skipping"])
+@pytest.mark.parametrize("feature", ["masking", "screen", "dynamic_skipping", "budgets"])
 def test_rloo_rows_are_generated_for_their_own_prompts(vllm_trainer, mode, feature):
     trainer, engine, reward = vllm_trainer("rloo", mode, max_steps=2, **FEATURES[feature])
     trainer.train()
     assert_engine_invariants(trainer, engine, reward, steps=2)
+
+
+@pytest.mark.parametrize("mode", ["server", "colocate"])
+def test_budget_rounds_of_uneven_copies_stay_aligned(vllm_trainer, mode):
+    """Groups of 8 in steps of 2: a round asks 6 more of an informative prompt and 2 of a tie in one call (server:
+    blocks of 2 copies), and every row is still its own prompt's; the tie ("1+1=") stops at 6 rows (P(break) 2/9 <
+    0.3)."""
+    trainer, engine, reward = vllm_trainer(
+        "grpo", mode, max_steps=2, num_generations=8, per_device_train_batch_size=16, per_prompt_budgets=True,
+        budget_continue_prob=0.3,
+    )  # fmt: skip
+    trainer.train()
+    assert_engine_invariants(trainer, engine, reward, steps=2)
+    assert reward.rows < 2 * 16  # fewer completions than TRL's two batches
+    rounds = [entry["budget/rounds"] for entry in trainer.state.log_history if "budget/rounds" in entry]
+    assert len(rounds) == 2 and max(rounds) == 3  # a batch with "1+1=": 2, 2 more, 2 more
+    if mode == "server":
+        assert 2 in {call.n for call in engine.calls}  # 6 of one prompt and 2 of another: asked as blocks of 2
 
 
 IS_MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -121,7 +139,7 @@ def test_hf_generate_decodes_in_calls_no_larger_than_trls(make_trainer):
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-@pytest.mark.parametrize("feature", ["masking", "screen", "empty_slots"])
+@pytest.mark.parametrize("feature", ["masking", "screen", "empty_slots", "budgets"])
 def test_the_vllm_batch_trains_as_the_hf_generate_batch(vllm_trainer, make_trainer, kind, mode, feature):
     """The same completions through TRL's vLLM code and through TRL's HF-generate path (its generation seam stubbed):
     the same rows, advantages and masks, and the same loss and gradients on a policy moved off the reference."""

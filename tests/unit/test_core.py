@@ -412,3 +412,12 @@ def test_plan_metrics_are_shares_of_groups_rows_and_tokens():
         "masked/row_frac/rejected": 0.0,
     })  # fmt: skip
     assert "zero_std/kl_kept_row_frac" not in core.plan_metrics(plan, tokens, "mask")
+
+
+def test_the_decisive_sum_is_over_the_named_functions_and_nan_where_each_gave_none():
+    rewards = torch.tensor([[1.0, 0.5], [float("nan"), 1.0], [float("nan"), float("nan")]])
+    decisive = core.decisive_functions(["answer", "format"], ["answer"])
+    assert decisive.tolist() == [True, False]
+    task = core.weighted_task_reward(rewards, torch.tensor([2.0, 1.0]), decisive)
+    assert task[0] == 2.0 and torch.isnan(task[1:]).all()
+    assert core.decisive_functions(["answer"], None) is None

@@ -37,8 +37,8 @@ def scored(request: RoundRequest, log: list, tied: set[str]) -> list[GatheredRow
     return parts
 
 
-def run(planner: BatchRefiller, inputs: list[dict], tied: set[str] = TIED):
-    rounds, log = planner.plan(inputs, reward_range=None), []
+def run(planner: BatchRefiller, inputs: list[dict], tied: set[str] = TIED, reward_range=None):
+    rounds, log = planner.plan(inputs, reward_range=reward_range), []
     while (request := rounds.next_round()) is not None:
         rounds.add(scored(request, log, tied))
     return rounds.finish(), log
@@ -80,3 +80,63 @@ def test_the_rounds_refuse_misuse():
         rounds.finish()
     with pytest.raises(ValueError, match="parts"):
         rounds.add([])
+
+
+def budgeted(world_size: int = 1, rank: int = 0, skipper=None, **settings) -> BatchRefiller:
+    args = ZeroStdArguments(per_prompt_budgets=True, **settings)
+    stream = PromptStream(len(PROMPTS), seed=0)
+    return BatchRefiller(args, stream, PROMPTS, G, world_size=world_size, rank=rank, skipper=skipper)
+
+
+def test_budgets_complete_the_prompts_that_differ_and_stop_a_tie_unlikely_to_break():
+    """G = 4, steps of 2: every prompt gets 2 first; the informative ones get their other 2; a tie of 2 goes on under
+    a uniform prior (P(break in 2 more) = 2/5 < 0.5 stops it at 0.5; 0.3 lets it go on). The batch is each prompt's
+    rows then its empty slots, NaN rewards, never truncated."""
+    refilled, log = run(budgeted(), [PROMPTS[0]] * 2 * G)
+    first, second = log
+    assert [copies for _, copies in first] == [2, 2]
+    assert second == [(p, 2) for p, _ in first if p not in TIED]
+    prompts = [p for p, _ in first]
+    tied = [i for i, p in enumerate(prompts) if p in TIED]
+    empty = refilled.empty.view(2, G)
+    for i in range(2):
+        assert empty[i].tolist() == ([False, False, True, True] if i in tied else [False] * G)
+    assert torch.isnan(refilled.rewards_per_func[refilled.empty]).all()
+    assert not refilled.truncated[refilled.empty].any()
+    assert [row["prompt"] for row in refilled.rows] == [p for p in prompts for _ in range(G)]
+    assert refilled.metrics["budget/completions_per_prompt"] == (4 * (2 - len(tied)) + 2 * len(tied)) / 2
+
+    refilled, log = run(budgeted(budget_continue_prob=0.3), [PROMPTS[0]] * 2 * G)
+    assert not refilled.empty.any() and len(log) == 2  # the tie went on to 4 rows with the others' completion
+
+
+def test_budgets_stop_a_tie_at_once_under_a_prior_of_failure_and_go_on_under_an_uncertain_one():
+    """The prior is the skipper's success rate: a prompt believed solved 19 times in 20 stops after a tie of 2 right
+    completions (rewards seen so far in [0, 1]: a tie at 1 is a tie at success, P(a failure) is what counts); one
+    with a uniform prior goes on."""
+
+    class Prior:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def success_prior(self, keys):
+            return torch.full((len(keys),), self.a), torch.full((len(keys),), self.b)
+
+        draw_prob = None
+
+    every_prompt = {row["prompt"] for row in PROMPTS}
+    sure = budgeted(skipper=Prior(19.0, 1.0), budget_continue_prob=0.3)  # P(break) 0.09: a tie it expects
+    unsure = budgeted(skipper=Prior(1.0, 1.0), budget_continue_prob=0.3)  # P(break) 0.4
+    for planner, rounds in ((sure, 1), (unsure, 2)):
+        planner._record_outcomes = lambda pool, reward_range: {}
+        refilled, log = run(planner, [PROMPTS[0]] * 2 * G, tied=every_prompt, reward_range=(0.0, 1.0))
+        assert len(log) == rounds
+
+
+def test_budgets_over_two_ranks_ask_for_rows_that_split_evenly_and_match_one_process():
+    """A round's rows are a multiple of the world size; rank 1's rows of the batch are the second half of one
+    process's, rank 0's the first."""
+    one, _ = run(budgeted(), [PROMPTS[0]] * 2 * G)
+    halves = [run(budgeted(world_size=2, rank=rank), [PROMPTS[0]] * G)[0] for rank in (0, 1)]
+    assert [row["prompt"] for half in halves for row in half.rows] == [row["prompt"] for row in one.rows]
+    assert torch.equal(halves[0].empty, one.empty) and torch.equal(halves[1].empty, one.empty)

@@ -24,7 +24,8 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
         "dynamic_sampling": False, "dynamic_sampling_max_rounds": 3, "dynamic_sampling_on_cap": "error",
         "dynamic_sampling_screen": 2, "skip_zero_std_prompts": False, "skip_refill": False,
         "skip_predictor": "success_rate", "skip_target_zero_std_frac": 0.5, "skip_min_draw_prob": 0.1,
-        "skip_history_key": "level", "skip_prior_key": "level",
+        "skip_history_key": "level", "skip_prior_key": "level", "per_prompt_budgets": True, "budget_step": 3,
+        "budget_continue_prob": 0.2, "zero_std_reward_funcs": ["answer"],
     }  # fmt: skip
     assert set(other_values) == set(config.ZERO_STD_FIELDS)
     built(**base).save(str(tmp_path))
@@ -44,7 +45,8 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
 
 def built(**settings):
     dataset = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "3+5="], "level": [1, 1, 2, 2]})
-    return build_state(ZeroStdArguments(**settings), SimpleNamespace(seed=0), "grpo", dataset, 2, 1, 0)
+    args = ZeroStdArguments(**settings)
+    return build_state(args, SimpleNamespace(seed=0), "grpo", dataset, 2, 1, 0, reward_func_names=["answer", "format"])
 
 
 def test_build_state_makes_an_object_exactly_for_each_feature_on():

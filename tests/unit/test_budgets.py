@@ -1,0 +1,53 @@
+"""Per-prompt budgets, the pure part (``trl_zerostd/budgets.py``): the chance that a tie breaks, how many completions
+each prompt gets next, and the rows of a round split evenly over ranks."""
+
+from __future__ import annotations
+
+import torch
+
+from trl_zerostd.budgets import even_over_ranks, next_copies, tie_break_prob
+
+
+def test_a_uniform_prior_breaks_a_tie_of_k_with_m_more_rows_with_probability_m_over_k_plus_m_plus_1():
+    """Beta(1, 1), k failures: P(a success in m more) = 1 - (k + 1) / (k + m + 1), at either end (symmetric)."""
+    ones = torch.ones(4, dtype=torch.float64)
+    rows = torch.tensor([2.0, 2.0, 4.0, 4.0])
+    remaining = torch.tensor([6, 6, 4, 4])
+    successes = torch.tensor([0.0, 2.0, 0.0, 4.0])  # tied at failure, at success, ...
+    probs = tie_break_prob(ones, ones, successes, rows, remaining)
+    expected = 1 - (rows + 1) / (rows + remaining + 1)
+    torch.testing.assert_close(probs, expected.double())
+
+
+def test_the_tie_break_probability_matches_sampling():
+    """Against Monte Carlo: q ~ Beta(a + s, b + f), then m Bernoulli(q) rows, one differing from the tie."""
+    generator = torch.Generator().manual_seed(0)
+    a, b, rows, successes, m = 0.4, 3.6, 2.0, 0.0, 6  # a level solved 1 time in 10, tied at failure
+    q = torch.distributions.Beta(torch.tensor(a + successes), torch.tensor(b + rows - successes)).sample((200_000,))
+    draws = torch.rand(200_000, m, generator=generator) < q.unsqueeze(1)
+    sampled = draws.any(dim=1).double().mean()
+    exact = tie_break_prob(torch.tensor([a]), torch.tensor([b]), torch.tensor([successes]), torch.tensor([rows]),
+                           torch.tensor([m]))  # fmt: skip
+    assert abs(exact.item() - sampled.item()) < 0.01
+    assert exact.item() < 0.5  # a hard level's tie stops where a uniform prior's (0.667) goes on
+
+
+def test_an_informative_prompt_is_completed_and_a_tie_goes_on_only_while_likely_to_break():
+    rows = torch.tensor([2, 2, 2, 8, 6])
+    informative = torch.tensor([True, False, False, True, False])
+    break_prob = torch.tensor([0.0, 0.7, 0.3, 0.0, 0.9])
+    copies = next_copies(rows, informative, break_prob, group_size=8, step=2, continue_prob=0.5)
+    assert copies.tolist() == [6, 2, 0, 0, 2]
+    assert next_copies(rows, informative, break_prob, 8, 4, 0.0).tolist() == [6, 4, 4, 0, 2]  # 0: all go on
+    assert next_copies(rows, informative, break_prob, 8, 2, 1.0).tolist() == [6, 0, 0, 0, 0]  # 1: no tie goes on
+
+
+def test_a_round_is_made_even_over_ranks_by_adding_rows_where_there_is_room_else_removing():
+    room = torch.tensor([6, 6, 0, 2])
+    assert even_over_ranks(torch.tensor([3, 0, 0, 2]), room, 2).tolist() == [4, 0, 0, 2]  # the first asked
+    assert even_over_ranks(torch.tensor([6, 0, 0, 1]), torch.tensor([6, 6, 0, 1]), 2).tolist() == [6, 1, 0, 1]
+    assert even_over_ranks(torch.tensor([6, 0, 0, 1]), torch.tensor([6, 0, 0, 1]), 2).tolist() == [6, 0, 0, 0]
+    assert even_over_ranks(torch.tensor([2, 2]), torch.tensor([8, 8]), 3).tolist() == [3, 3]
+    for world in (1, 2, 3, 4):
+        copies = even_over_ranks(torch.tensor([2, 5, 1, 0]), torch.tensor([8, 5, 7, 8]), world)
+        assert int(copies.sum()) % world == 0 and bool((copies <= torch.tensor([8, 5, 7, 8])).all())
