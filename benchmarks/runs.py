@@ -34,21 +34,41 @@ RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple:
 
 
 def timing_generation(trainer_cls):
-    """``trainer_cls`` whose training generation (TRL's ``_generate_single_turn``: the model's own ``generate``) is
-    timed: ``generation_s[step]`` seconds of each optimizer step (refill rounds included, evaluation excluded)."""
+    """``trainer_cls`` whose training generation is timed and counted: ``generation_s[step]`` seconds of each
+    optimizer step (TRL's ``_generate_single_turn``, the model's own ``generate``; refill rounds included, evaluation
+    excluded) and ``generated_tokens[step]``, the prompt and completion tokens of every sequence generated. The peer
+    ``CGRPOTrainer`` is counted where it generates (its ``_base_generate``: calibration included, its padding rows
+    not), every other trainer at ``_generate_single_turn``."""
+    counted_at = "_base_generate" if hasattr(trainer_cls, "_base_generate") else "_generate_single_turn"
 
     class GenerationTimed(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.generation_s = defaultdict(float)
+            self.generated_tokens = defaultdict(int)
 
         def _generate_single_turn(self, *args, **kwargs):
             start = time.perf_counter()
             result = super()._generate_single_turn(*args, **kwargs)
             if self.model.training:
                 self.generation_s[self.state.global_step] += time.perf_counter() - start
+                if counted_at == "_generate_single_turn":
+                    self._count(args[0], result)
             return result
 
+        def _base_generate(self, *args, **kwargs):  # the peer's only
+            result = super()._base_generate(*args, **kwargs)
+            if self.model.training:
+                self._count(args[0], result)
+            return result
+
+        def _count(self, prompt_ids, result) -> None:
+            completion_ids = result[0] if isinstance(result, tuple) else result  # RLOO returns the ids alone
+            tokens = sum(len(ids) for ids in prompt_ids) + sum(len(ids) for ids in completion_ids)
+            self.generated_tokens[self.state.global_step] += tokens
+
+    if counted_at == "_generate_single_turn":
+        del GenerationTimed._base_generate
     GenerationTimed.__name__ = trainer_cls.__name__
     return GenerationTimed
 
@@ -70,6 +90,10 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
     ]  # fmt: skip
     if arm == "trl" or arm.startswith("trl-"):
         return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
+    if arm.startswith("cgrpo"):
+        from benchmarks.peer_cgrpo import cgrpo_classes
+
+        return run(*cgrpo_classes(wrap), without_package_flags(argv))
     return run(wrap(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
 
 
@@ -85,6 +109,8 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     record.update({key: [logged(entry, metric) for entry in steps] for key, metric in RECORDED.items()})
     # step s generated while global_step was s - 1
     record["generation_s"] = [trainer.generation_s[entry["step"] - 1] for entry in steps]
+    generated = [trainer.generated_tokens[entry["step"] - 1] for entry in steps]
+    record["generated_tokens"] = [sum(generated[: i + 1]) for i in range(len(generated))]  # cumulative
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
     record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]

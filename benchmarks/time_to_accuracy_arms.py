@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 DIFFICULTY = "<difficulty column>"  # stands for the study's --difficulty_column among an arm's flags
+WIDE_BATCH = "<4 x completions per step>"  # stands for 4 x the study's --completions_per_step (groups of 32)
 
 
 @dataclass(frozen=True)
@@ -117,10 +118,38 @@ add(ARMS["dynamic"].variant("-1g-screen2", "--per_device_train_batch_size", "8",
 
 
 def arm_flags(arm: str, args) -> list[str]:
-    """The arm's flags, its difficulty column named (``args.difficulty_column``)."""
-    return [args.difficulty_column if flag == DIFFICULTY else flag for flag in ARMS[arm].flags]
+    """The arm's flags, its difficulty column named (``args.difficulty_column``) and its batch sized."""
+    named = {DIFFICULTY: args.difficulty_column, WIDE_BATCH: str(4 * args.completions_per_step)}
+    return [named.get(flag, flag) for flag in ARMS[arm].flags]
 
 
 def groups_per_step(arm: str, args) -> int:
     """Groups a step trains: the study's completions a step (or the arm's --per_device_train_batch_size) over G."""
-    return ARMS[arm].value("--per_device_train_batch_size", args.completions_per_step) // args.num_generations
+    flags = arm_flags(arm, args)
+
+    def value(flag: str, default: int) -> int:
+        return int(flags[flags.index(flag) + 1]) if flag in flags else default
+
+    return value("--per_device_train_batch_size", args.completions_per_step) // value(
+        "--num_generations", args.num_generations
+    )
+
+
+# Per-prompt budgets: 2 completions of each prompt first, an informative one completed to G, a tie stopped unless
+# likely to break ("-c1": every tie stops at 2; "-c03": goes on while P(break) >= 0.3); "-prior": the success-rate
+# predictor's level prior decides (its histories, without skipping)
+BUDGETS = ("--per_prompt_budgets", "true")
+LEVEL_PRIOR = ("--skip_prior_key", DIFFICULTY)  # budgets read the success rates; nothing is skipped
+add(Arm("budgets", BUDGETS), Arm("budgets-prior", (*BUDGETS, *LEVEL_PRIOR)))
+for arm in ("budgets", "budgets-prior"):
+    add(
+        ARMS[arm].variant("-c1", "--budget_continue_prob", "1.0"),
+        ARMS[arm].variant("-c03", "--budget_continue_prob", "0.3"),
+    )
+add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in list(ARMS) if arm.startswith("budgets")))
+add(ARMS["skip-rate-prior"].variant("-budgets", *BUDGETS))
+# The PyPI peer trl-cgrpo (benchmarks/peer_cgrpo.py): its conformal budgets with the grid capped at TRL's group width
+# ("-g8": 2, 4, 8), and its default grid (2 ... 32: groups of 32, as many prompts a step as TRL)
+add(Arm("cgrpo-g8", ("--budget_grid", "2", "4", "8")))
+add(Arm("cgrpo", ("--budget_grid", "2", "4", "8", "16", "32", "--num_generations", "32",
+                  "--per_device_train_batch_size", WIDE_BATCH)))  # fmt: skip

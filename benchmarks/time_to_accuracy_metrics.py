@@ -9,9 +9,16 @@ import statistics
 from benchmarks.learning_curves import cumulative
 
 
+def generated_tokens(record: dict) -> list[float]:
+    """Cumulative prompt and completion tokens of every sequence generated, per step: counted where the trainer
+    generates (``runs.timing_generation``: the peer's calibration in, its padding out), or, for a run recorded before
+    that count, TRL's ``num_tokens`` (the same count for TRL and this package's trainers)."""
+    return record.get("generated_tokens") or record["num_tokens"]
+
+
 def eval_points(record: dict) -> list[tuple[int, float, float, float, float]]:
     """``(step, held-out reward, generated tokens, wall s, generation s)`` at each evaluation."""
-    tokens = [0.0, *record["num_tokens"]]
+    tokens = [0.0, *generated_tokens(record)]
     wall, generation = [0.0, *cumulative(record["step_time"])], [0.0, *cumulative(record["generation_s"])]
     return [(step, reward, tokens[step], wall[step], generation[step]) for step, reward in record["eval"]]
 

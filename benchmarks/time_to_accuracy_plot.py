@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from benchmarks.time_to_accuracy_metrics import eval_points, median, ratios_to_trl, reached, targets
+from benchmarks.time_to_accuracy_metrics import eval_points, generated_tokens, median, ratios_to_trl, reached, targets
 
 NEVER_X = 4.0  # where the ratio panel draws a seed that never reaches its target
 
@@ -27,7 +27,8 @@ def plot(records: list[dict], args) -> None:
     axes, ratio_axis = all_axes[:2], all_axes[2]
     axes[1].sharey(axes[0])
     base = [r for r in records if r["arm"] == "trl"]
-    axes[0].set_xlim(0, 2.5 * statistics.fmean(r["num_tokens"][-1] for r in base) / 1e6)  # dynamic runs go far past
+    tokens = statistics.fmean(generated_tokens(r)[-1] for r in base)
+    axes[0].set_xlim(0, 2.5 * tokens / 1e6)  # dynamic runs go far past
     axes[1].set_xlim(0, 2.5 * statistics.fmean(sum(r["step_time"]) for r in base))
     for index, arm in enumerate(args.plot_arms):
         runs = [r for r in records if r["arm"] == arm]

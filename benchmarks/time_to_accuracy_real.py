@@ -61,7 +61,9 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
         default=TASK["num_generations_eval"], metadata={"help": "Completions per held-out prompt at each evaluation."}
     )
     plot_arms: list[str] = field(default_factory=lambda: list(PLOT_ARMS), metadata={"help": "Arms in the figure."})
-    task_flags: list[str] = field(default_factory=lambda: ["--config", CONFIG, "--cpu_threads", "1"])
+    task_flags: list[str] = field(
+        default_factory=lambda: ["--config", CONFIG, "--cpu_threads", "1", "--eval_also_at", "5", "15"]
+    )  # evaluations at 0, 5, 10, 15, 20, 30, 40: a crossing at half TRL's tokens shows (runs before had no 5, 15)
     difficulty_column: str = field(default="level")
     levels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5", "6"])
     hard_level: str = field(default="3")

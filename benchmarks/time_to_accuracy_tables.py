@@ -17,7 +17,16 @@ from benchmarks.time_to_accuracy_checks import (
     speed_gauge,
     task_check,
 )
-from benchmarks.time_to_accuracy_metrics import cost, crossing, final_reward, median, ratios_to_trl, reached, targets
+from benchmarks.time_to_accuracy_metrics import (
+    cost,
+    crossing,
+    final_reward,
+    generated_tokens,
+    median,
+    ratios_to_trl,
+    reached,
+    targets,
+)
 
 
 def summarise(records: list[dict], args) -> str:
@@ -65,7 +74,7 @@ def cost_row(arm: str, runs: list[dict], target: dict[int, float], base: dict) -
     half = len(runs[0]["reward"]) // 2
     wrong = statistics.fmean(statistics.fmean(r["all_wrong_group_frac"][half:]) for r in runs)
     right = statistics.fmean(statistics.fmean(r["all_right_group_frac"][half:]) for r in runs)
-    run_tokens = statistics.fmean(r["num_tokens"][-1] for r in runs)
+    run_tokens = statistics.fmean(generated_tokens(r)[-1] for r in runs)
     run_wall = statistics.fmean(sum(r["step_time"]) for r in runs)
     run_generation = statistics.fmean(sum(r["generation_s"]) / sum(r["step_time"]) for r in runs)
     return (
@@ -126,7 +135,7 @@ def per_step_table(per_arm: dict[str, list[dict]], args) -> list[str]:
         informative = statistics.fmean(
             groups * (1 - empty - statistics.fmean(r["frac_reward_zero_std"])) for r in runs
         )
-        tokens = statistics.fmean(r["num_tokens"][-1] / len(r["num_tokens"]) for r in runs)
+        tokens = statistics.fmean(generated_tokens(r)[-1] / len(generated_tokens(r)) for r in runs)
         gain = statistics.fmean(final_reward(r) - r["eval"][0][1] for r in runs)
         trained = f"{groups * (1 - empty):.1f}" if empty else f"{groups}"
         lines.append(

@@ -26,11 +26,12 @@ from trl.data_utils import is_conversational
 
 class SampledEvaluation(TrainerCallback):
     """Evaluate ``trainer`` on ``eval_dataset`` (rows with a ``prompt`` and the reward functions' columns) at the start
-    (``on_start``) and every ``every`` optimizer steps; batches of ``per_device_eval_batch_size`` rows."""
+    (``on_start``), every ``every`` optimizer steps and at the steps ``also_at``; batches of
+    ``per_device_eval_batch_size`` rows."""
 
-    def __init__(self, trainer, eval_dataset, every: int, on_start: bool):
+    def __init__(self, trainer, eval_dataset, every: int, on_start: bool, also_at: list[int] | None = None):
         self.trainer, self.rows = trainer, list(eval_dataset)
-        self.every, self.on_start = every, on_start
+        self.every, self.on_start, self.also_at = every, on_start, set(also_at or ())
         args = trainer.args
         self.samples = args.num_generations_eval or trainer.num_generations
         self.batch_size = max(args.per_device_eval_batch_size // self.samples, 1) * self.samples
@@ -40,7 +41,7 @@ class SampledEvaluation(TrainerCallback):
             self.evaluate(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.every and state.global_step % self.every == 0:
+        if (self.every and state.global_step % self.every == 0) or state.global_step in self.also_at:
             should_log = control.should_log  # our log resets it (DefaultFlowCallback): the step's own log still runs
             self.evaluate(state.global_step)
             control.should_log = should_log

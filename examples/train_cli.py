@@ -139,6 +139,13 @@ class ScriptArguments:
             "--eval_on_start), with --num_generations_eval samples a prompt."
         },
     )
+    eval_also_at: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "With --eval_by_sampling: also evaluate at these optimizer steps (e.g. 5 15 for a finer early "
+            "curve). Evaluation samples with its own seed and leaves training's random state alone."
+        },
+    )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
     print_every: int = field(
         default=25,
@@ -217,7 +224,10 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
         }
     sampled_eval = None
     if script_args.eval_by_sampling and training_args.eval_strategy != "no":  # our evaluation on TRL's schedule
-        sampled_eval = {"every": int(training_args.eval_steps), "on_start": training_args.eval_on_start}
+        sampled_eval = {
+            "every": int(training_args.eval_steps), "on_start": training_args.eval_on_start,
+            "also_at": script_args.eval_also_at,
+        }  # fmt: skip
         training_args.eval_strategy, training_args.eval_on_start = IntervalStrategy.NO, False
     trainer = trainer_cls(
         model=model,

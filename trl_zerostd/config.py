@@ -87,9 +87,10 @@ class ZeroStdArguments:
             "help": "Size each prompt's group: generate budget_step completions of every prompt of the batch first; a "
             "prompt whose completions differ in task reward is completed to num_generations, one whose completions "
             "all tie gets budget_step more only while the chance that the rest of its group would break the tie is "
-            "at least budget_continue_prob (its predicted success rate with skip_predictor='success_rate', else a "
-            "uniform prior). Completions never generated are empty slots: never forwarded, in no normaliser. Every "
-            "prompt comes from a seeded stream over the train dataset."
+            "at least budget_continue_prob, from the prompt's success rate (skip_predictor='success_rate': its recent "
+            "groups, and with skip_prior_key its level's rate, without skipping unless skip_zero_std_prompts; "
+            "'streak': a uniform prior). Completions never generated are empty slots: never forwarded, in no "
+            "normaliser. Every prompt comes from a seeded stream over the train dataset."
         },
     )
     budget_step: int = field(
@@ -195,15 +196,17 @@ def masking_settings(args) -> ZeroStdArguments:
     return settings
 
 
-# A field set away from its default needs a feature on: (field, the feature, what the field does for it)
+# A field set away from its default needs a feature on: (field, the features of which one must be on, what the field
+# does for them). The prompt histories serve prompt skipping and the prior of per-prompt budgets.
+HISTORIES = ("skip_zero_std_prompts", "per_prompt_budgets")
 NEEDS = (
-    ("dynamic_sampling_screen", "dynamic_sampling", "screens the prompts of dynamic sampling"),
-    ("skip_refill", "skip_zero_std_prompts", "sets what a skipped prompt's place in the batch gets"),
-    ("skip_predictor", "skip_zero_std_prompts", "sets the predictor of prompt skipping"),
-    ("skip_history_key", "skip_zero_std_prompts", "keys the histories of prompt skipping"),
-    ("skip_prior_key", "skip_zero_std_prompts", "sets the prior of prompt skipping"),
-    ("budget_step", "per_prompt_budgets", "sets the increments of per-prompt budgets"),
-    ("budget_continue_prob", "per_prompt_budgets", "sets when a tied prompt of per-prompt budgets stops"),
+    ("dynamic_sampling_screen", ("dynamic_sampling",), "screens the prompts of dynamic sampling"),
+    ("skip_refill", ("skip_zero_std_prompts",), "sets what a skipped prompt's place in the batch gets"),
+    ("skip_predictor", HISTORIES, "sets the predictor of the prompt histories"),
+    ("skip_history_key", HISTORIES, "keys the prompt histories"),
+    ("skip_prior_key", HISTORIES, "sets the prior of the prompt histories"),
+    ("budget_step", ("per_prompt_budgets",), "sets the increments of per-prompt budgets"),
+    ("budget_continue_prob", ("per_prompt_budgets",), "sets when a tied prompt of per-prompt budgets stops"),
 )
 
 
@@ -220,10 +223,11 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         if getattr(settings, name) not in allowed:
             raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(settings, name)!r}.")
     defaults = {f.name: f.default for f in fields(ZeroStdArguments)}
-    for name, feature, role in NEEDS:
+    for name, features, role in NEEDS:
         value = getattr(settings, name)
-        if value != defaults[name] and not getattr(settings, feature):
-            raise ValueError(f"{name}={value!r} {role}, which is off: set {feature}=True, or leave {name} unset.")
+        if value != defaults[name] and not any(getattr(settings, feature) for feature in features):
+            turn_on = " or ".join(f"{feature}=True" for feature in features)
+            raise ValueError(f"{name}={value!r} {role}, which are off: set {turn_on}, or leave {name} unset.")
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
     if not settings.dynamic_sampling_max_rounds >= 1:

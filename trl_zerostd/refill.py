@@ -17,7 +17,9 @@ skips a prompt as its ``PromptSkipper`` predicts; every group generated goes int
 dynamic sampling there is one round of exactly the batch's groups. With a screen (``dynamic_sampling_screen``,
 SPEED-style) every prompt comes from the stream too, and a round screens new prompts with a few rows each while
 completing, in the same decode pass, the groups of the earlier screens whose rows differed (``sampling.
-plan_screen_round``); a group that trains is its screen's rows then the rest's.
+plan_screen_round``); a group that trains is its screen's rows then the rest's. With per-prompt budgets
+(``per_prompt_budgets``, without dynamic sampling) the batch's prompts come from the stream and each round asks each
+prompt for as many more completions as ``budgets.next_copies`` says; a group that stops short keeps empty slots.
 """
 
 from __future__ import annotations
@@ -247,7 +249,8 @@ class BatchRefiller:
         skipped on the way are counted in the pool."""
         if count == 0:
             return [], []
-        draw_prob = self.skipper.draw_prob if self.skipper is not None else None
+        skipper = self.skipper if self.settings.skip_zero_std_prompts else None  # budgets keep histories, skip none
+        draw_prob = skipper.draw_prob if skipper is not None else None
         if isinstance(self.stream, RowStream):
             rows, keys, skipped = self.stream.draw(count, draw_prob)
         else:

@@ -133,7 +133,7 @@ class ZeroStdState:
                 return []
             on = {
                 "dynamic_sampling": self.settings.dynamic_sampling,
-                "skip_zero_std_prompts": self.skipper is not None,
+                "skip_zero_std_prompts": self.settings.skip_zero_std_prompts,
                 "per_prompt_budgets": self.settings.per_prompt_budgets,
             }
             features = " and ".join(name for name, is_on in on.items() if is_on)
@@ -206,8 +206,10 @@ def prompt_source(
     shuffle_dataset: bool | None,
     has_environments: bool,
 ) -> tuple[PromptStream | RowStream, PromptSkipper | None]:
-    """The seeded prompt stream over ``dataset`` and, with prompt skipping, its skipper."""
-    key, skipping, prior_key = settings.skip_history_key, settings.skip_zero_std_prompts, settings.skip_prior_key
+    """The seeded prompt stream over ``dataset`` and, with prompt skipping or budgets, the skipper that keeps the
+    prompt histories (budgets read its success rates; only prompt skipping draws by them)."""
+    key, prior_key = settings.skip_history_key, settings.skip_prior_key
+    skipping = settings.skip_zero_std_prompts or settings.per_prompt_budgets  # the histories serve both
     predictor, group_size = settings.skip_predictor, num_generations
     if isinstance(dataset, IterableDataset):
         if prior_key is not None:

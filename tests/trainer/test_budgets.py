@@ -100,3 +100,15 @@ def test_budgets_are_refused_with_dynamic_sampling_and_check_their_step(make_tra
         make_trainer(per_prompt_budgets=True, budget_continue_prob=1.5)
     with pytest.raises(ValueError, match="set per_prompt_budgets=True"):
         make_trainer(budget_step=3)
+
+
+def test_budgets_read_the_success_rates_without_skipping(make_trainer):
+    """``skip_prior_key`` under budgets alone: the histories record every group (its generated rows) and give the
+    prior, and no prompt is skipped."""
+    trainer = make_trainer(prompts=DATA, skip_prior_key="prompt", **BUDGETS)
+    rates = trainer.zero_std.skipper.predictor.rates
+    trainer.zero_std.skipper.draw_prob = lambda keys: torch.zeros(len(keys), dtype=torch.float64)  # would skip all
+    budgeted_batch(trainer)
+    metrics = trainer._metrics["train"]
+    assert metrics["prompt_skip/skipped_frac"][-1] == 0.0 and metrics["prompt_skip/prompts_drawn"][-1] == 2
+    assert sorted(rates.rows[rates.rows > 0].tolist()) == [2.0, 4.0]  # "1+1=": 2 rows generated; "2+3=": 4

@@ -195,7 +195,7 @@ def test_prior_key_must_name_a_column_of_a_map_style_dataset(make_trainer, tmp_p
     with pytest.raises(ValueError, match="skip_prior_key='prompt' needs a map-style"):
         make_trainer(prompts=DATA, streaming=True, skip_prior_key="prompt", **SKIP, dynamic_sampling=True)
     config = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
-    with pytest.raises(ValueError, match="skip_prior_key='prompt' sets the prior of prompt skipping, which is off"):
+    with pytest.raises(ValueError, match="skip_prior_key='prompt' sets the prior of the prompt histories, which are"):
         ZeroStdGRPOConfig(**config, skip_prior_key="prompt")
     with pytest.raises(ValueError, match="Set one of them"):
         ZeroStdGRPOConfig(**config, skip_zero_std_prompts=True, skip_prior_key="prompt", skip_history_key="prompt")

@@ -62,7 +62,7 @@ def test_allowed_values_are_the_literal_types():
     ("skip_refill", False, "skip_zero_std_prompts"),
 ])  # fmt: skip
 def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):
-    with pytest.raises(ValueError, match=f"{field}={value!r} .*, which is off: set {feature}=True"):
+    with pytest.raises(ValueError, match=f"{field}={value!r} .*, which (is|are) off: set {feature}=True"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
     ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value, feature: True})  # with it on: accepted
 
