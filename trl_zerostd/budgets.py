@@ -10,6 +10,9 @@ A prompt is sampled ``step`` completions at a time, up to ``G = num_generations`
   the ``G - n`` completions it could still get are to break the tie; it gets ``step`` more while that chance is at
   least ``continue_prob``, else it stops, a group of ``n`` tied rows and ``G - n`` empty slots.
 
+A round's rows are a multiple of the world size (every rank generates as many): the rows that takes go to ties
+(``even_over_ranks``).
+
 No trainer or TRL import.
 """
 
@@ -17,25 +20,29 @@ from __future__ import annotations
 
 import torch
 
+from .success_rate import informative_prob
+
 UNIFORM_PRIOR = (1.0, 1.0)  # Beta(1, 1): a prompt nothing is known of
 
 
 def tie_break_prob(
     prior_a: torch.Tensor, prior_b: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor, remaining: torch.Tensor
 ) -> torch.Tensor:
-    """``(k,)`` probability that ``remaining`` ``(k,)`` more completions of each prompt hold one whose outcome differs
-    from its tie: ``rows`` ``(k,)`` tied completions so far, ``successes`` of them (``rows`` when tied at success, 0 at
-    failure), success rate ``q ~ Beta(prior_a + successes, prior_b + rows - successes)``. Tied at failure it is the
-    chance of a success, ``1 - E[(1 - q) ** remaining] = 1 - B(a, b + remaining) / B(a, b)``; at success, of a
-    failure."""
+    """``(k,)`` probability that ``remaining`` ``(k,)`` more completions of each prompt break its tie. ``rows``
+    ``(k,)``: valid completions so far; ``successes``: their task rewards rescaled to [0, 1] over the range seen,
+    summed (budgets read rewards as pass/fail levels); success rate ``q ~ Beta(prior_a + successes, prior_b + rows -
+    successes)``. Tied nearer failure (mean level at most 1/2) it is the chance of a success, ``1 - E[(1 - q) **
+    remaining] = 1 - B(a, b + remaining) / B(a, b)``; nearer success, of a failure; with no valid row yet, of both
+    (``informative_prob``)."""
     a = prior_a.double() + successes.double()
     b = prior_b.double() + (rows - successes).double()
-    tied_high = successes >= rows
-    same, other = torch.where(tied_high, a, b), torch.where(tied_high, b, a)
     remaining = remaining.double()
+    tied_high = 2 * successes > rows
+    same, other = torch.where(tied_high, a, b), torch.where(tied_high, b, a)
     stays = torch.lgamma(same + remaining) + torch.lgamma(same + other) - torch.lgamma(same)
     stays = torch.exp(stays - torch.lgamma(same + other + remaining))
-    return (1 - stays).clamp(0, 1)
+    both = informative_prob(a, b, remaining)
+    return torch.where(rows > 0, 1 - stays, both).clamp(0, 1)
 
 
 def next_copies(
@@ -55,25 +62,26 @@ def next_copies(
     return torch.where(informative, room, tied_more)
 
 
-def even_over_ranks(copies: torch.Tensor, room: torch.Tensor, world_size: int) -> torch.Tensor:
-    """``copies`` ``(k,)`` made a multiple of ``world_size`` in total, so that every rank generates as many rows: one
-    more for the first prompts with room left (``room`` ``(k,)``: completions a prompt may still get), those asked for
-    first; where the room runs short, one less for the last prompts asked for."""
+def even_over_ranks(
+    copies: torch.Tensor, room: torch.Tensor, informative: torch.Tensor, world_size: int
+) -> torch.Tensor:
+    """``copies`` ``(k,)`` made a multiple of ``world_size`` in total, so that every rank generates as many rows: the
+    rows missing go to tied prompts with room left (``room`` ``(k,)``: completions a prompt may still get), those
+    asked for first, then those stopped, as many to each as fits, in order; a tie given more only gathers more
+    evidence. Always possible when every earlier round was even and the batch is (``room`` sums to a multiple of
+    ``world_size``): an informative prompt is never cut short."""
     copies = copies.clone()
     missing = (-int(copies.sum())) % world_size
-    if missing == 0:
-        return copies
     spare = room - copies
-    asked, unasked = (copies > 0) & (spare > 0), (copies == 0) & (spare > 0)
-    order = torch.cat([asked.nonzero().view(-1), unasked.nonzero().view(-1)])
-    if int(spare[order].clamp(max=1).sum()) >= missing:
-        copies[order[:missing]] += 1
-        return copies
-    extra = int(copies.sum()) % world_size
-    for i in reversed(copies.nonzero().view(-1).tolist()):
-        taken = min(extra, int(copies[i]))
-        copies[i] -= taken
-        extra -= taken
-        if extra == 0:
+    asked, stopped = ~informative & (copies > 0), ~informative & (copies == 0)
+    for i in torch.cat([asked.nonzero().view(-1), stopped.nonzero().view(-1)]).tolist():
+        if missing == 0:
             break
+        extra = min(missing, int(spare[i]))
+        copies[i] += extra
+        missing -= extra
+    if missing:
+        raise ValueError(
+            f"{int(copies.sum())} rows cannot be made a multiple of {world_size} ranks within the room left."
+        )
     return copies

@@ -136,7 +136,7 @@ class ZeroStdArguments:
     skip_predictor: Literal["streak", "success_rate"] = field(
         default="success_rate",
         metadata={
-            "help": "Prompt skipping: how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
+            "help": "Prompt skipping (and budgets' prior): how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
             "zero-variance groups of one kind in a row (GRESO). 'success_rate': a success rate per prompt over its "
             "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
             "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
@@ -158,7 +158,7 @@ class ZeroStdArguments:
     skip_history_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt skipping: None keeps one outcome history per dataset row. The name of a train_dataset "
+            "help": "Prompt histories (skipping, budgets): None keeps one outcome history per dataset row. The name of a train_dataset "
             "column makes the rows that share its value share one history: a difficulty label ('difficulty', "
             "'level', 'source') lets the first prompts of a level predict the others, from the first pass on; "
             "'prompt' makes duplicate prompts share theirs. A streaming (iterable) train_dataset always keys its "
@@ -168,7 +168,7 @@ class ZeroStdArguments:
     skip_prior_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt skipping, one history per row: the name of a train_dataset column (a difficulty label, a "
+            "help": "Prompt histories (skipping, budgets), one history per row: the name of a train_dataset column (a difficulty label, a "
             "source) whose value groups the prompts. A prompt never drawn is then drawn with its group's informative "
             "rate over the last ~10 generation batches, relative to the best group's (never below "
             "skip_min_draw_prob), instead of always: a level the model cannot solve yet, or always solves, is skipped "
@@ -262,7 +262,7 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             "per_prompt_budgets with skip_refill=False: a budgeted batch draws every prompt it generates; leave "
             "skip_refill unset."
         )
-    if not settings.budget_step >= 2:
+    if isinstance(settings.budget_step, bool) or not isinstance(settings.budget_step, int) or settings.budget_step < 2:
         raise ValueError(
             f"budget_step must be >= 2 (one completion cannot differ from itself), got {settings.budget_step!r}."
         )
@@ -271,9 +271,12 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             f"budget_continue_prob must be in [0, 1] (a probability), got {settings.budget_continue_prob!r}."
         )
     funcs = settings.zero_std_reward_funcs
-    if funcs is not None and (isinstance(funcs, str) or not funcs or not all(isinstance(f, str) for f in funcs)):
+    names_ok = funcs is None or (
+        not isinstance(funcs, str) and all(isinstance(f, str) for f in funcs) and 0 < len(set(funcs)) == len(funcs)
+    )
+    if not names_ok:
         raise ValueError(
-            f"zero_std_reward_funcs must be a non-empty list of reward function names, or None, got {funcs!r}."
+            f"zero_std_reward_funcs must be a non-empty list of distinct reward function names, or None: {funcs!r}."
         )
     if not 0 <= settings.skip_target_zero_std_frac <= 1:
         raise ValueError(
@@ -341,6 +344,11 @@ def check_num_generations(config) -> None:
         )
     step = getattr(config, "budget_step", 2)
     if getattr(config, "per_prompt_budgets", False) and config.num_generations is not None:
+        if config.num_generations < 3:
+            raise ValueError(
+                f"per_prompt_budgets with num_generations={config.num_generations}: a budget of at least 2 "
+                "completions below the group's width needs num_generations >= 3."
+            )
         if step >= config.num_generations:
             raise ValueError(
                 f"budget_step={step} must be below num_generations={config.num_generations}: a budget is part of "

@@ -54,6 +54,12 @@ def decisive_functions(names: Sequence[str], chosen: Sequence[str] | None) -> to
     if chosen is None:
         return None
     unknown = [name for name in chosen if name not in names]
+    shared = [name for name in chosen if list(names).count(name) > 1]
+    if shared:
+        raise ValueError(
+            f"zero_std_reward_funcs names {shared}, which more than one reward function of this trainer is called "
+            f"({list(names)}): give them distinct names (a def, or a __name__)."
+        )
     if unknown:
         raise ValueError(
             f"zero_std_reward_funcs names {unknown}, which are not reward functions of this trainer: its reward "
@@ -162,7 +168,7 @@ def check_groups_share_prompt(prompts: Sequence[Any], num_generations: int) -> N
 class RowRole(IntEnum):
     """What the loss does with a row. Ordered: a role at or above ``KL_ONLY`` is forwarded in the loss."""
 
-    EMPTY = -1  # a batch slot whose prompt was skipped, never generated (skip_refill=False): dropped in both modes
+    EMPTY = -1  # a slot never generated (a skipped place, a budget's unused rows): dropped in both modes
     OUT = 0  # masked by this package: no term at all; a placeholder under "keep", dropped under "exclude"
     TRL_MASKED = 1  # masked by TRL itself (truncated): no term, and TRL's normalisers as TRL has them
     KL_ONLY = 2  # a zero-variance row that keeps its KL term (zero_std_kl), and only it
@@ -201,7 +207,7 @@ class RowPlan:
 
     @property
     def generated(self) -> torch.Tensor:
-        """Rows that were generated: all but the empty slots of skipped prompts (``skip_refill=False``)."""
+        """Rows that were generated: all but the empty slots (``skip_refill=False``'s places, budgets' unused rows)."""
         return self.role != RowRole.EMPTY
 
 
@@ -227,8 +233,8 @@ def decide_row_plan(
     range is one level (a constant reward so far), no group is low- or high-tied.
     ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
     statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``). ``empty`` marks the
-    whole groups that stand in for prompts skipped and never generated (``skip_refill=False``): in no group count and
-    no statistic, out of the loss.
+    slots never generated (the whole group of a place skipped under ``skip_refill=False``, a budget's unused rows):
+    in no statistic, out of the loss; a group all empty is not a group, one partly empty is judged on its other rows.
     """
     empty = torch.zeros_like(truncated) if empty is None else empty
     valid = ~(truncated | unscorable | rejected | empty)

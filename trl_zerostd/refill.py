@@ -59,7 +59,7 @@ RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized
 @dataclass
 class BatchRefiller:
     """The refill of a run: its settings, the prompt ``stream`` (with a map-style dataset, ``dataset`` gives the
-    rows of its indices), the ``skipper`` (prompt skipping only) and the decayed ``(informative, generated)`` group
+    rows of its indices), the ``skipper`` (the prompt histories: prompt skipping, budgets) and the decayed ``(informative, generated)`` group
     counts of earlier batches (screened: ``(passed, screened)`` screens). Built by ``state.build_state``."""
 
     settings: ZeroStdArguments
@@ -216,7 +216,8 @@ class BatchRefiller:
         prior_a, prior_b = prior if prior is not None else (torch.full((needed,), a) for a in UNIFORM_PRIOR)
         pieces: list[list[GatheredRows]] = [[] for _ in prompts]
         step, continue_prob = settings.budget_step, settings.budget_continue_prob
-        copies = even_over_ranks(torch.full((needed,), step), torch.full((needed,), G), self.world_size)
+        fresh = torch.zeros(needed, dtype=torch.bool)
+        copies = even_over_ranks(torch.full((needed,), step), torch.full((needed,), G), fresh, self.world_size)
         rounds = 0
         while int(copies.sum()) > 0:
             asked = copies.nonzero().view(-1).tolist()
@@ -234,7 +235,7 @@ class BatchRefiller:
             successes, valid_rows = group_successes(groups.task_rewards, groups.valid(), G, low_high)
             break_prob = tie_break_prob(prior_a, prior_b, successes, valid_rows, G - counts)
             wanted = next_copies(counts, informative, break_prob, G, step, continue_prob)
-            copies = even_over_ranks(wanted, G - counts, self.world_size)
+            copies = even_over_ranks(wanted, G - counts, informative, self.world_size)
         pool.add(groups, informative, keys, torch.cat([empty for _, empty in padded]))
         metrics.update({
             "budget/rounds": rounds,
@@ -297,7 +298,7 @@ class BatchRefiller:
             screens = GatheredRows.concat(pool.tied_screens)
             parts.append((screens, len(screens.rows) // len(pool.tied_screens), pool.tied_screen_keys))
         groups = [GroupsOfOneSize(rows.task_rewards, rows.valid(), size, keys) for rows, size, keys in parts]
-        assert self.skipper is not None, "outcomes are recorded only with prompt skipping"
+        assert self.skipper is not None, "outcomes are recorded only with the prompt histories"
         return self.skipper.record_batch(
             groups, pool.unfinished_keys, pool.skipped, reward_range, self.settings.zero_std_atol
         )

@@ -21,10 +21,10 @@ RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so 
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 
 
-def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``(k,)`` probability that a group of ``group_size`` rows is informative (not all successes, not all failures)
-    when each row succeeds with a rate ``q ~ Beta(successes, failures)`` (both > 0): the beta-binomial's
-    ``1 - E[q ** G] - E[(1 - q) ** G]``."""
+def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int | torch.Tensor) -> torch.Tensor:
+    """``(k,)`` probability that a group of ``group_size`` rows (an int, or ``(k,)``) is informative (not all
+    successes, not all failures) when each row succeeds with a rate ``q ~ Beta(successes, failures)`` (both > 0):
+    the beta-binomial's ``1 - E[q ** G] - E[(1 - q) ** G]``."""
     a, b = successes.double(), failures.double()
     log_total = torch.lgamma(a + b) - torch.lgamma(a + b + group_size)
     all_successes = torch.exp(torch.lgamma(a + group_size) - torch.lgamma(a) + log_total)

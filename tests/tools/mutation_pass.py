@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_ORDER = [
     "tests/unit/test_core.py", "tests/unit/test_estimators.py", "tests/unit/test_sampling.py",
     "tests/unit/test_predictors.py", "tests/unit/test_success_rate.py", "tests/unit/test_skipping.py",
-    "tests/unit/test_monitor.py", "tests/unit/test_refill_planner.py", "tests/trainer/test_vllm.py",
+    "tests/unit/test_monitor.py", "tests/unit/test_budgets.py", "tests/unit/test_refill_planner.py",
+    "tests/trainer/test_budgets.py", "tests/trainer/test_decisive_rewards.py", "tests/trainer/test_vllm.py",
     "tests/trainer/test_grpo.py", "tests/trainer/test_rloo.py", "tests/trainer/test_adapter.py",
     "tests/trainer/test_dynamic_sampling.py", "tests/trainer/test_prompt_skipping.py",
     "tests/trainer/test_empty_slots.py", "tests/trainer/test_refill_inputs.py",
@@ -37,7 +38,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "engine: a server request asks for G copies whatever the rows' layout",
         "_generation.py",
-        "n = aligned_copies(gather_object(ids), copies) if server else copies",
+        "n = aligned_copies(gather_object(keys), copies)",
         "n = copies",
     ),
     (
@@ -434,6 +435,42 @@ MUTATIONS = [  # (label, file, original, mutant)
         "sampling.py",
         "extra = count - int(drawn.sum())",
         "extra = 0",
+    ),
+    (
+        "budgets: an informative prompt gets one step more, not its whole group",
+        "budgets.py",
+        "return torch.where(informative, room, tied_more)",
+        "return torch.where(informative, room.clamp(max=step), tied_more)",
+    ),
+    (
+        "budgets: a tie goes on whatever its chance to break",
+        "budgets.py",
+        "torch.where(break_prob >= continue_prob, room.clamp(max=step), 0)",
+        "room.clamp(max=step)",
+    ),
+    (
+        "budgets: a round not split evenly over ranks",
+        "refill.py",
+        "copies = even_over_ranks(wanted, G - counts, self.world_size)",
+        "copies = wanted",
+    ),
+    (
+        "budgets: the success rates' prior ignored",
+        "refill.py",
+        "prior = self.skipper.success_prior(keys) if self.skipper is not None else None",
+        "prior = None",
+    ),
+    (
+        "budgets: a group's slots never generated count as rows",
+        "rounds.py",
+        "return rows, torch.arange(size) >= count",
+        "return rows, torch.zeros(size, dtype=torch.bool)",
+    ),
+    (
+        "rewards: every reward function decides a tie",
+        "core.py",
+        "    if decisive is not None:\n        rewards_per_func = rewards_per_func[:, decisive",
+        "    if False:\n        rewards_per_func = rewards_per_func[:, decisive",
     ),
     (
         "core: an empty slot counts as a zero-variance group",

@@ -112,3 +112,12 @@ def test_budgets_read_the_success_rates_without_skipping(make_trainer):
     metrics = trainer._metrics["train"]
     assert metrics["prompt_skip/skipped_frac"][-1] == 0.0 and metrics["prompt_skip/prompts_drawn"][-1] == 2
     assert sorted(rates.rows[rates.rows > 0].tolist()) == [2.0, 4.0]  # "1+1=": 2 rows generated; "2+3=": 4
+
+
+def test_budget_settings_that_cannot_work_are_refused(make_trainer):
+    with pytest.raises(ValueError, match="budget_step must be >= 2"):
+        make_trainer(per_prompt_budgets=True, budget_step=2.5)
+    with pytest.raises(ValueError, match="needs num_generations >= 3"):
+        make_trainer(per_prompt_budgets=True, num_generations=2)
+    with pytest.raises(ValueError, match="distinct reward function names"):
+        make_trainer(zero_std_reward_funcs=["answer_reward", "answer_reward"])

@@ -65,3 +65,9 @@ def test_an_unknown_reward_function_name_is_refused(make_trainer):
         make_trainer(zero_std_reward_funcs=["verifier"])
     with pytest.raises(ValueError, match="non-empty list"):
         make_trainer(zero_std_reward_funcs=[])
+
+
+def test_a_name_two_reward_functions_share_is_refused(make_trainer):
+    first, second = table_reward({"5": 1.0}), table_reward({"a": 1.0})  # both named "reward"
+    with pytest.raises(ValueError, match=r"names \['reward'\], which more than one reward function"):
+        make_trainer(reward_funcs=[first, second], zero_std_reward_funcs=["reward"])

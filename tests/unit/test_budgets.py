@@ -3,6 +3,7 @@ each prompt gets next, and the rows of a round split evenly over ranks."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trl_zerostd.budgets import even_over_ranks, next_copies, tie_break_prob
@@ -42,12 +43,30 @@ def test_an_informative_prompt_is_completed_and_a_tie_goes_on_only_while_likely_
     assert next_copies(rows, informative, break_prob, 8, 2, 1.0).tolist() == [6, 0, 0, 0, 0]  # 1: no tie goes on
 
 
-def test_a_round_is_made_even_over_ranks_by_adding_rows_where_there_is_room_else_removing():
-    room = torch.tensor([6, 6, 0, 2])
-    assert even_over_ranks(torch.tensor([3, 0, 0, 2]), room, 2).tolist() == [4, 0, 0, 2]  # the first asked
-    assert even_over_ranks(torch.tensor([6, 0, 0, 1]), torch.tensor([6, 6, 0, 1]), 2).tolist() == [6, 1, 0, 1]
-    assert even_over_ranks(torch.tensor([6, 0, 0, 1]), torch.tensor([6, 0, 0, 1]), 2).tolist() == [6, 0, 0, 0]
-    assert even_over_ranks(torch.tensor([2, 2]), torch.tensor([8, 8]), 3).tolist() == [3, 3]
-    for world in (1, 2, 3, 4):
-        copies = even_over_ranks(torch.tensor([2, 5, 1, 0]), torch.tensor([8, 5, 7, 8]), world)
-        assert int(copies.sum()) % world == 0 and bool((copies <= torch.tensor([8, 5, 7, 8])).all())
+def test_a_tie_with_no_valid_row_breaks_only_with_both_outcomes_and_a_high_tie_reads_its_level():
+    """No valid row yet: the chance that the rest holds a success and a failure (uniform, 4 more: 1 - 2/5). A tie at
+    0.7 of the range (partial credit) is read from its high side, the mirror of a tie at 0.3 (the chance of a lower
+    row, 0.85; read from the failure side it would be the chance of a higher one, 0.96)."""
+    ones = torch.ones(1, dtype=torch.float64)
+    none_valid = tie_break_prob(ones, ones, torch.zeros(1), torch.zeros(1), torch.tensor([4]))
+    torch.testing.assert_close(none_valid, torch.tensor([0.6], dtype=torch.float64))
+    high = tie_break_prob(ones, ones, torch.tensor([1.4]), torch.tensor([2.0]), torch.tensor([6]))
+    low = tie_break_prob(ones, ones, torch.tensor([0.6]), torch.tensor([2.0]), torch.tensor([6]))
+    torch.testing.assert_close(high, low)
+    assert high.item() < 0.9
+
+
+def test_a_round_is_made_even_over_ranks_with_rows_for_ties_never_cutting_an_informative_prompt():
+    informative = torch.tensor([True, False, False, False])
+    room = torch.tensor([2, 6, 2, 4])
+    copies = torch.tensor([2, 2, 0, 0])  # the informative prompt completed, a tie goes on, two stopped
+    assert even_over_ranks(copies, room, informative, 1).tolist() == [2, 2, 0, 0]
+    assert even_over_ranks(copies, room, informative, 3).tolist() == [2, 4, 0, 0]  # the tie asked for first
+    assert even_over_ranks(copies, room, informative, 8).tolist() == [2, 6, 0, 0]
+    assert even_over_ranks(copies, torch.tensor([2, 2, 2, 4]), informative, 8).tolist() == [2, 2, 2, 2]
+    for world in (2, 3, 4, 5, 7):
+        room = torch.tensor([2, 6, 3, 3])  # 14 rows left ...
+        copies = even_over_ranks(torch.tensor([2, 2, 0, 1]), room, informative, world)
+        assert int(copies.sum()) % world == 0 and copies[0] == 2 and bool((copies <= room).all())
+    with pytest.raises(ValueError, match="multiple of 8 ranks"):
+        even_over_ranks(torch.tensor([2, 1]), torch.tensor([2, 2]), torch.tensor([True, False]), 8)

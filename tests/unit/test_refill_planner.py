@@ -133,6 +133,26 @@ def test_budgets_stop_a_tie_at_once_under_a_prior_of_failure_and_go_on_under_an_
         assert len(log) == rounds
 
 
+@pytest.mark.parametrize(("world_size", "rows_per_rank"), [(2, 4), (3, 4), (4, 2), (8, 1)])
+def test_budgets_on_any_number_of_ranks_ask_for_even_rounds_and_complete_every_informative_group(
+    world_size, rows_per_rank
+):
+    """A round's rows split evenly over the ranks (the rows that takes go to ties), an informative prompt is
+    completed whatever the world size, and every rank ends with its share of the same batch."""
+    needed = rows_per_rank * world_size // G
+    batches = []
+    for rank in range(world_size):
+        refilled, log = run(budgeted(world_size=world_size, rank=rank), [PROMPTS[0]] * rows_per_rank)
+        assert all(sum(copies for _, copies in part) % world_size == 0 for part in log)
+        batches.append(refilled)
+    prompts = [row["prompt"] for batch in batches for row in batch.rows]
+    empty = batches[0].empty.view(needed, G)
+    for group in range(needed):
+        if prompts[group * G] not in TIED:
+            assert not empty[group].any()
+    assert len(prompts) == needed * G and all(torch.equal(batch.empty, batches[0].empty) for batch in batches)
+
+
 def test_budgets_over_two_ranks_ask_for_rows_that_split_evenly_and_match_one_process():
     """A round's rows are a multiple of the world size; rank 1's rows of the batch are the second half of one
     process's, rank 0's the first."""

@@ -123,3 +123,20 @@ def test_the_success_rate_is_checkpointed_and_a_mismatch_is_refused():
             skipper("success_rate").load_state_dict(skipper(other).state_dict())
     with pytest.raises(ValueError, match="needs the rows of a group"):
         PromptSkipper.new(6, 0.25, 0.05, predictor="success_rate")
+
+
+def test_a_prompts_beta_is_its_groups_rate_weighing_four_rows_plus_its_own_decayed_counts():
+    """What per-prompt budgets read as a prompt's prior (``SuccessRates.beta``, ``PromptSkipper.success_prior``)."""
+    skipper = PromptSkipper.new(3, 0.25, 0.05, prior_groups=["a", "a", "b"], predictor="success_rate", group_size=4)
+    skipper.record([0, 0], torch.zeros(2, dtype=torch.long), torch.tensor([0.0, 1.0], dtype=torch.float64),
+                   torch.tensor([4.0, 4.0], dtype=torch.float64))  # fmt: skip
+    a, b = skipper.success_prior([0, 1, 2])  # group "a": rate (1 + 1) / (8 + 2); slot 0: 1 success of 6 decayed rows
+    torch.testing.assert_close(a, torch.tensor([0.8 + 1.0, 0.8, 2.0], dtype=torch.float64))
+    torch.testing.assert_close(b, torch.tensor([3.2 + 5.0, 3.2, 2.0], dtype=torch.float64))
+    streak = PromptSkipper.new(3, 0.25, 0.05, predictor="streak")
+    assert streak.success_prior([0]) is None
+    hashed = PromptSkipper.streaming(0.25, 0.05, num_slots=8, predictor="success_rate", group_size=4)
+    hashed.record([9], torch.zeros(1, dtype=torch.long), torch.tensor([4.0], dtype=torch.float64),
+                  torch.tensor([4.0], dtype=torch.float64))  # fmt: skip
+    a, b = hashed.success_prior([9, 17])  # 17 shares 9's slot but not its history: the group prior alone
+    assert a[0] > a[1] and b[0] == b[1]  # 9's own 4 successes, none for 17
