@@ -136,7 +136,8 @@ class ZeroStdArguments:
     skip_predictor: Literal["streak", "success_rate"] = field(
         default="success_rate",
         metadata={
-            "help": "Prompt skipping (and budgets' prior): how a prompt's earlier groups set its draw probability. 'streak': p**k after k "
+            "help": "Prompt skipping (and budgets' prior): how a prompt's earlier groups set its draw probability. "
+            "'streak': p**k after k "
             "zero-variance groups of one kind in a row (GRESO). 'success_rate': a success rate per prompt over its "
             "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
             "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
@@ -158,7 +159,8 @@ class ZeroStdArguments:
     skip_history_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt histories (skipping, budgets): None keeps one outcome history per dataset row. The name of a train_dataset "
+            "help": "Prompt histories (skipping, budgets): None keeps one outcome history per dataset row. The name "
+            "of a train_dataset "
             "column makes the rows that share its value share one history: a difficulty label ('difficulty', "
             "'level', 'source') lets the first prompts of a level predict the others, from the first pass on; "
             "'prompt' makes duplicate prompts share theirs. A streaming (iterable) train_dataset always keys its "
@@ -168,7 +170,8 @@ class ZeroStdArguments:
     skip_prior_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt histories (skipping, budgets), one history per row: the name of a train_dataset column (a difficulty label, a "
+            "help": "Prompt histories (skipping, budgets), one history per row: the name of a train_dataset column "
+            "(a difficulty label, a "
             "source) whose value groups the prompts. A prompt never drawn is then drawn with its group's informative "
             "rate over the last ~10 generation batches, relative to the best group's (never below "
             "skip_min_draw_prob), instead of always: a level the model cannot solve yet, or always solves, is skipped "

@@ -59,8 +59,9 @@ RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized
 @dataclass
 class BatchRefiller:
     """The refill of a run: its settings, the prompt ``stream`` (with a map-style dataset, ``dataset`` gives the
-    rows of its indices), the ``skipper`` (the prompt histories: prompt skipping, budgets) and the decayed ``(informative, generated)`` group
-    counts of earlier batches (screened: ``(passed, screened)`` screens). Built by ``state.build_state``."""
+    rows of its indices), the ``skipper`` (the prompt histories: prompt skipping, budgets) and the decayed
+    ``(informative, generated)`` group counts of earlier batches (screened: ``(passed, screened)`` screens). Built
+    by ``state.build_state``."""
 
     settings: ZeroStdArguments
     stream: PromptStream | RowStream
