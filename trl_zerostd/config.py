@@ -230,7 +230,8 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         value = getattr(settings, name)
         if value != defaults[name] and not any(getattr(settings, feature) for feature in features):
             turn_on = " or ".join(f"{feature}=True" for feature in features)
-            raise ValueError(f"{name}={value!r} {role}, which are off: set {turn_on}, or leave {name} unset.")
+            off = "which is off" if len(features) == 1 else "which are off"
+            raise ValueError(f"{name}={value!r} {role}, {off}: set {turn_on}, or leave {name} unset.")
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
     if not settings.dynamic_sampling_max_rounds >= 1:
