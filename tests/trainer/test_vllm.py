@@ -63,7 +63,7 @@ def test_budget_rounds_of_uneven_copies_stay_aligned(vllm_trainer, mode):
     0.3)."""
     trainer, engine, reward = vllm_trainer(
         "grpo", mode, max_steps=2, num_generations=8, per_device_train_batch_size=16, per_prompt_budgets=True,
-        budget_continue_prob=0.3,
+        budget_continue_prob=0.3, skip_predictor="streak",  # the streak holds no rate: a uniform prior
     )  # fmt: skip
     trainer.train()
     assert_engine_invariants(trainer, engine, reward, steps=2)
