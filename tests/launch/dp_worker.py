@@ -211,7 +211,8 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
             "kind": skipper.history.kind[slots].tolist(),
             "streak": skipper.history.streak[slots].tolist(),
         }
-        result["explore_probs"] = skipper.predictor.explore.state_dict()
+        explore = getattr(skipper.predictor, "explore", None)  # the streak's; budgets keep success rates
+        result["explore_probs"] = explore.state_dict() if explore is not None else None
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
