@@ -224,16 +224,16 @@ class BatchRefiller:
             asked = copies.nonzero().view(-1).tolist()
             request = RoundPart([prompts[i] for i in asked], tuple(copies[asked].tolist()), [keys[i] for i in asked])
             (part,) = yield RoundRequest([request])
-            starts = torch.cat([torch.zeros(1, dtype=torch.long), copies[asked].cumsum(0)]).tolist()
-            for i, start, stop in zip(asked, starts, starts[1:]):
-                pieces[i].append(part.take(start, stop))
+            for i, piece in zip(asked, GatheredRows.split(part, copies[asked].tolist()), strict=True):
+                pieces[i].append(piece)
             rounds += 1
             counts = torch.tensor([sum(len(piece.rows) for piece in group) for group in pieces])
             padded = [GatheredRows.concat(group).padded(G) for group in pieces]
             groups = GatheredRows.concat([rows for rows, _ in padded])
             informative = self._informative_groups(groups, G)
-            low_high = core.widen_reward_range(reward_range, groups.task_rewards, groups.valid()) or (0.0, 0.0)
-            successes, valid_rows = group_successes(groups.task_rewards, groups.valid(), G, low_high)
+            valid = groups.valid()
+            low_high = core.widen_reward_range(reward_range, groups.task_rewards, valid) or (0.0, 0.0)
+            successes, valid_rows = group_successes(groups.task_rewards, valid, G, low_high)
             break_prob = tie_break_prob(prior_a, prior_b, successes, valid_rows, G - counts)
             wanted = next_copies(counts, informative, break_prob, G, step, continue_prob)
             copies = even_over_ranks(wanted, G - counts, informative, self.world_size)
