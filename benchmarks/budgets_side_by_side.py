@@ -26,13 +26,13 @@ from benchmarks.runs import report, run_all
 from benchmarks.time_to_accuracy_plot import plot
 from benchmarks.time_to_accuracy_tables import summarise
 
-OURS = ["keep_failed", "budgets", "budgets-prior", "budgets-prior-kf"]
 PEER = ["cgrpo-g8", "cgrpo"]
 STUDIES = {
     # study: (its arguments, this package's arms and seeds, the peer's arms and seeds)
-    "spread": (time_to_accuracy.TimeToAccuracyArguments, ["trl", *OURS], list(range(10)), PEER, list(range(10))),
-    "real": (time_to_accuracy_real.RealTimeToAccuracyArguments, ["trl", "keep_failed", "budgets-prior-kf"], [0, 1, 2],
-             ["cgrpo-g8"], [0, 1]),
+    "spread": (time_to_accuracy.TimeToAccuracyArguments,
+               ["trl", "keep_failed", "budgets-prior", "budgets-prior-yield"], list(range(10)), PEER, list(range(10))),
+    "real": (time_to_accuracy_real.RealTimeToAccuracyArguments,
+             ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf"], [0, 1, 2], ["cgrpo-g8"], [0, 1]),
 }  # fmt: skip
 
 
@@ -63,6 +63,7 @@ def main(args: SideBySideArguments) -> None:
     if not args.report_only:
         jobs = time_to_accuracy.jobs(replace(base, arms=ours, seeds=our_seeds))
         jobs += time_to_accuracy.jobs(replace(base, arms=peer, seeds=peer_seeds))
+        jobs.sort(key=lambda job: job[3])  # seed by seed: a study stopped early has every arm on its first seeds
         run_all([job for job in jobs if not Path(job[-1]).exists()], args.jobs)
     records = [json.loads(Path(job[-1]).read_text()) for job in time_to_accuracy.jobs(base) if Path(job[-1]).exists()]
     base.arms = [arm for arm in base.arms if any(r["arm"] == arm for r in records)]

@@ -136,7 +136,8 @@ def groups_per_step(arm: str, args) -> int:
 
 
 # Per-prompt budgets: 2 completions of each prompt first, an informative one completed to G, a tie stopped unless
-# likely to break ("-c1": every tie stops at 2; "-c03": goes on while P(break) >= 0.3); "-prior": the success-rate
+# likely to break ("-c1": every tie stops at 2; "-c03": goes on while P(break) >= 0.3; "-yield": completed to G when
+# P(break) per completion beats earlier batches' informative groups per completion); "-prior": the success-rate
 # predictor's level prior decides (its histories, without skipping)
 BUDGETS = ("--per_prompt_budgets", "true")
 LEVEL_PRIOR = ("--skip_prior_key", DIFFICULTY)  # budgets read the success rates; nothing is skipped
@@ -145,6 +146,7 @@ for arm in ("budgets", "budgets-prior"):
     add(
         ARMS[arm].variant("-c1", "--budget_continue_prob", "1.0"),
         ARMS[arm].variant("-c03", "--budget_continue_prob", "0.3"),
+        ARMS[arm].variant("-yield", "--budget_stop_rule", "yield"),
     )
 add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in list(ARMS) if arm.startswith("budgets")))
 add(ARMS["skip-rate-prior"].variant("-budgets", *BUDGETS))

@@ -7,8 +7,10 @@ A prompt is sampled ``step`` completions at a time, up to ``G = num_generations`
   then come from as many rows as TRL's);
 - they all tie: its success rate ``q ~ Beta(a + s, b + f)`` (``a, b``: the prior, the prompt's predicted success rate
   under ``skip_predictor="success_rate"``, else uniform; ``s, f``: the tie's successes and failures) says how likely
-  the ``G - n`` completions it could still get are to break the tie; it gets ``step`` more while that chance is at
-  least ``continue_prob``, else it stops, a group of ``n`` tied rows and ``G - n`` empty slots.
+  the ``G - n`` completions it could still get are to break the tie. Under the ``"chance"`` rule it gets ``step``
+  more while that chance is at least ``continue_prob``; under ``"yield"`` it is completed to ``G`` when that chance
+  per completion is at least what earlier batches got per completion (``yield_continue_prob``), two rounds at most.
+  Else it stops, a group of ``n`` tied rows and ``G - n`` empty slots.
 
 A round's rows are a multiple of the world size (every rank generates as many): the rows that takes go to ties
 (``even_over_ranks``).
@@ -45,18 +47,29 @@ def tie_break_prob(
     return torch.where(rows > 0, 1 - stays, both).clamp(0, 1)
 
 
+def yield_continue_prob(room: torch.Tensor, informative_rate: float, group_size: int) -> torch.Tensor:
+    """``(k,)`` the least chance of breaking its tie at which a tied prompt is worth the ``room`` ``(k,)`` completions
+    it could still get: a tie that breaks is one informative group, so its yield per completion is ``break_prob /
+    room``, and it goes on when that is at least the ``informative_rate`` (informative groups per ``group_size``
+    completions generated, over earlier batches) spread over ``group_size`` completions. Spending where the yield
+    is at least the average raises the average (informative groups per token); ``informative_rate = 0`` (no batch
+    yet) completes every tie."""
+    return (room.double() * informative_rate / group_size).clamp(max=1)
+
+
 def next_copies(
     rows: torch.Tensor,
     informative: torch.Tensor,
     break_prob: torch.Tensor,
     group_size: int,
     step: int,
-    continue_prob: float,
+    continue_prob: float | torch.Tensor,
 ) -> torch.Tensor:
     """``(k,)`` long: completions each prompt gets in the next round, from ``rows`` ``(k,)`` generated so far (valid or
     not), ``informative`` ``(k,)`` bool (its completions differ) and ``break_prob`` ``(k,)`` (``tie_break_prob`` over
     every completion it could still get): an informative prompt is completed to ``group_size``; a tied one gets
-    ``step`` more (at most to ``group_size``) while ``break_prob >= continue_prob``; 0 once full or stopped."""
+    ``step`` more (at most to ``group_size``) while ``break_prob >= continue_prob`` (a number, or ``(k,)``: one per
+    prompt); 0 once full or stopped."""
     room = (group_size - rows).clamp(min=0)
     tied_more = torch.where(break_prob >= continue_prob, room.clamp(max=step), 0)
     return torch.where(informative, room, tied_more)

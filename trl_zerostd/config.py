@@ -86,8 +86,8 @@ class ZeroStdArguments:
         metadata={
             "help": "Size each prompt's group: generate budget_step completions of every prompt of the batch first; a "
             "prompt whose completions differ in task reward is completed to num_generations, one whose completions "
-            "all tie gets budget_step more only while the chance that the rest of its group would break the tie is "
-            "at least budget_continue_prob, from the prompt's success rate (skip_predictor='success_rate': its recent "
+            "all tie goes on or stops by budget_stop_rule, from the chance that the rest of its group would break "
+            "the tie, read off the prompt's success rate (skip_predictor='success_rate': its recent "
             "groups, and with skip_prior_key its level's rate, without skipping unless skip_zero_std_prompts; "
             "'streak': a uniform prior). Completions never generated are empty slots: never forwarded, in no "
             "normaliser. Every prompt comes from a seeded stream over the train dataset."
@@ -97,11 +97,21 @@ class ZeroStdArguments:
         default=2,
         metadata={"help": "per_prompt_budgets: completions generated per prompt at a time (>= 2, < num_generations)."},
     )
+    budget_stop_rule: Literal["chance", "yield"] = field(
+        default="chance",
+        metadata={
+            "help": "per_prompt_budgets: when a tied prompt stops. 'chance': it gets budget_step more completions "
+            "while the chance that the rest of its group breaks the tie is at least budget_continue_prob. 'yield': "
+            "it is completed to num_generations when that chance per completion it would cost is at least the "
+            "informative groups per completion of earlier batches (decayed), else it stops; two rounds at most."
+        },
+    )
     budget_continue_prob: float = field(
         default=0.5,
         metadata={
-            "help": "per_prompt_budgets: a tied prompt gets more completions while the predicted probability that "
-            "the rest of its group breaks the tie is at least this; 0: every group is completed, 1: none that ties."
+            "help": "per_prompt_budgets under budget_stop_rule='chance': a tied prompt gets more completions while "
+            "the predicted probability that the rest of its group breaks the tie is at least this; 0: every group is "
+            "completed, 1: none that ties."
         },
     )
     zero_std_reward_funcs: list[str] | None = field(
@@ -209,6 +219,7 @@ NEEDS = (
     ("skip_history_key", HISTORIES, "keys the prompt histories"),
     ("skip_prior_key", HISTORIES, "sets the prior of the prompt histories"),
     ("budget_step", ("per_prompt_budgets",), "sets the increments of per-prompt budgets"),
+    ("budget_stop_rule", ("per_prompt_budgets",), "sets the rule that stops a tied prompt of per-prompt budgets"),
     ("budget_continue_prob", ("per_prompt_budgets",), "sets when a tied prompt of per-prompt budgets stops"),
 )
 
@@ -273,6 +284,12 @@ def validate_settings(settings: ZeroStdArguments) -> None:
     if not 0 <= settings.budget_continue_prob <= 1:
         raise ValueError(
             f"budget_continue_prob must be in [0, 1] (a probability), got {settings.budget_continue_prob!r}."
+        )
+    if settings.budget_stop_rule == "yield" and settings.budget_continue_prob != defaults["budget_continue_prob"]:
+        raise ValueError(
+            f"budget_continue_prob={settings.budget_continue_prob!r} with budget_stop_rule='yield': the yield rule "
+            "sets its own threshold from earlier batches. Leave budget_continue_prob unset, or use "
+            "budget_stop_rule='chance'."
         )
     funcs = settings.zero_std_reward_funcs
     names_ok = funcs is None or (

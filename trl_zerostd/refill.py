@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import core
-from .budgets import UNIFORM_PRIOR, even_over_ranks, next_copies, tie_break_prob
+from .budgets import UNIFORM_PRIOR, even_over_ranks, next_copies, tie_break_prob, yield_continue_prob
 from .config import ZeroStdArguments
 from .rounds import GatheredRows, GeneratedPool, RefilledBatch, RoundPart, RoundRequest, Screened
 from .sampling import (
@@ -208,15 +208,20 @@ class BatchRefiller:
         return rounds, pool.counts()
 
     def _fill_budgeted(self, pool: GeneratedPool, needed: int, reward_range, metrics: dict) -> Rounds:
-        """Per-prompt budgets: the batch's ``needed`` prompts from the stream, each sampled ``budget_step`` rows at a
-        time as ``budgets.next_copies`` says, a round asking every prompt that goes on at once; each group is its rows
-        then empty slots up to ``G``. Returns the rounds and ``pool.counts()``."""
+        """Per-prompt budgets: the batch's ``needed`` prompts from the stream, each sampled ``budget_step`` rows
+        first, then as ``budgets.next_copies`` says (``budget_stop_rule``), a round asking every prompt that goes on
+        at once; each group is its rows then empty slots up to ``G``. ``informative_history`` counts informative
+        groups and completions over ``G``, the rate the ``"yield"`` rule compares with. Returns the rounds and
+        ``pool.counts()``."""
         G, settings = self.num_generations, self.settings
         prompts, keys = self._stream_prompts(pool, needed)
         prior = self.skipper.success_prior(keys) if self.skipper is not None else None
         prior_a, prior_b = prior if prior is not None else (torch.full((needed,), a) for a in UNIFORM_PRIOR)
         pieces: list[list[GatheredRows]] = [[] for _ in prompts]
-        step, continue_prob = settings.budget_step, settings.budget_continue_prob
+        seen_informative, seen_generated = self.informative_history
+        by_yield = settings.budget_stop_rule == "yield"
+        step, tie_step = settings.budget_step, G if by_yield else settings.budget_step
+        informative_rate = seen_informative / seen_generated if seen_generated > 0 else 0.0
         fresh = torch.zeros(needed, dtype=torch.bool)
         copies = even_over_ranks(torch.full((needed,), step), torch.full((needed,), G), fresh, self.world_size)
         rounds = 0
@@ -235,11 +240,19 @@ class BatchRefiller:
             low_high = core.widen_reward_range(reward_range, groups.task_rewards, valid) or (0.0, 0.0)
             successes, valid_rows = group_successes(groups.task_rewards, valid, G, low_high)
             break_prob = tie_break_prob(prior_a, prior_b, successes, valid_rows, G - counts)
-            wanted = next_copies(counts, informative, break_prob, G, step, continue_prob)
+            continue_prob = (
+                yield_continue_prob(G - counts, informative_rate, G) if by_yield else settings.budget_continue_prob
+            )
+            wanted = next_copies(counts, informative, break_prob, G, tie_step, continue_prob)
             copies = even_over_ranks(wanted, G - counts, informative, self.world_size)
         pool.add(groups, informative, keys, torch.cat([empty for _, empty in padded]))
+        self.informative_history = (
+            RATE_DECAY * (seen_informative + int(informative.sum())),
+            RATE_DECAY * (seen_generated + int(counts.sum()) / G),
+        )
         metrics.update({
             "budget/rounds": rounds,
+            "budget/seen_informative_rate": informative_rate,
             "budget/completions_per_prompt": counts.float().mean().item(),
             "budget/full_group_frac": (counts == G).float().mean().item(),
             "budget/informative_group_frac": informative.float().mean().item(),

@@ -451,8 +451,20 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "budgets: a round not split evenly over ranks",
         "refill.py",
-        "copies = even_over_ranks(wanted, G - counts, self.world_size)",
+        "copies = even_over_ranks(wanted, G - counts, informative, self.world_size)",
         "copies = wanted",
+    ),
+    (
+        "budgets: the yield rule ignores the rate of earlier batches",
+        "refill.py",
+        "yield_continue_prob(G - counts, informative_rate, G) if by_yield",
+        "yield_continue_prob(G - counts, 0.0, G) if by_yield",
+    ),
+    (
+        "budgets: a budgeted batch leaves the informative history as it was",
+        "refill.py",
+        "RATE_DECAY * (seen_informative + int(informative.sum())),",
+        "RATE_DECAY * seen_informative,",
     ),
     (
         "budgets: the success rates' prior ignored",

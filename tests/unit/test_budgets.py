@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trl_zerostd.budgets import even_over_ranks, next_copies, tie_break_prob
+from trl_zerostd.budgets import even_over_ranks, next_copies, tie_break_prob, yield_continue_prob
 
 
 def test_a_uniform_prior_breaks_a_tie_of_k_with_m_more_rows_with_probability_m_over_k_plus_m_plus_1():
@@ -70,3 +70,17 @@ def test_a_round_is_made_even_over_ranks_with_rows_for_ties_never_cutting_an_inf
         assert int(copies.sum()) % world == 0 and copies[0] == 2 and bool((copies <= room).all())
     with pytest.raises(ValueError, match="multiple of 8 ranks"):
         even_over_ranks(torch.tensor([2, 1]), torch.tensor([2, 2]), torch.tensor([True, False]), 8)
+
+
+def test_the_yield_rule_goes_on_with_a_tie_whose_chance_per_completion_beats_the_rate_seen():
+    """Earlier batches made 0.4 informative groups per G = 8 completions: a tie with 6 completions left must break
+    with chance >= 6 * 0.4 / 8 = 0.3 to go on, with 2 left >= 0.1; no batch yet (rate 0) completes every tie; a
+    threshold never exceeds 1."""
+    room = torch.tensor([6, 2, 0])
+    torch.testing.assert_close(yield_continue_prob(room, 0.4, 8), torch.tensor([0.3, 0.1, 0.0], dtype=torch.float64))
+    assert yield_continue_prob(room, 0.0, 8).eq(0).all()
+    assert yield_continue_prob(torch.tensor([8]), 2.0, 8).item() == 1.0
+    rows, informative = torch.tensor([2, 2, 2]), torch.tensor([False, False, True])
+    threshold = yield_continue_prob(8 - rows, 0.4, 8)
+    copies = next_copies(rows, informative, torch.tensor([0.31, 0.29, 0.0]), 8, 8, threshold)
+    assert copies.tolist() == [6, 0, 6]  # the likely tie and the informative prompt are completed at once

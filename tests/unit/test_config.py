@@ -52,6 +52,7 @@ def test_allowed_values_are_the_literal_types():
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
         "dynamic_sampling_on_cap": ("mask", "error"),
+        "budget_stop_rule": ("chance", "yield"),
         "skip_predictor": ("streak", "success_rate"),
     }
 
@@ -59,7 +60,7 @@ def test_allowed_values_are_the_literal_types():
 @pytest.mark.parametrize(("field", "value", "feature"), [
     ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "streak", "skip_zero_std_prompts"),
     ("skip_history_key", "level", "skip_zero_std_prompts"), ("skip_prior_key", "level", "skip_zero_std_prompts"),
-    ("skip_refill", False, "skip_zero_std_prompts"),
+    ("skip_refill", False, "skip_zero_std_prompts"), ("budget_stop_rule", "yield", "per_prompt_budgets"),
 ])  # fmt: skip
 def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):
     with pytest.raises(ValueError, match=f"{field}={value!r} .*, which (is|are) off: set {feature}=True"):

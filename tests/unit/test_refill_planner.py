@@ -160,3 +160,26 @@ def test_budgets_over_two_ranks_ask_for_rows_that_split_evenly_and_match_one_pro
     halves = [run(budgeted(world_size=2, rank=rank), [PROMPTS[0]] * G)[0] for rank in (0, 1)]
     assert [row["prompt"] for half in halves for row in half.rows] == [row["prompt"] for row in one.rows]
     assert torch.equal(halves[0].empty, one.empty) and torch.equal(halves[1].empty, one.empty)
+
+
+def test_the_yield_rule_completes_a_tie_in_one_round_while_its_yield_beats_the_rate_seen():
+    """G = 4, steps of 2, a uniform prior, every prompt tied: a tie of 2 breaks in its 2 more rows with chance 2/5.
+    With no batch seen (rate 0) every tie is completed in one second round; the batch's informative groups and
+    completions over G then enter the decayed history. Once earlier batches made one informative group per G
+    completions, the threshold is 2 * 1 / 4 = 0.5 > 0.4 and the ties stop; at 0.5 a group, 0.25, and they go on."""
+    every_prompt = {row["prompt"] for row in PROMPTS}
+    planner = budgeted(budget_stop_rule="yield")
+    refilled, log = run(planner, [PROMPTS[0]] * 2 * G, tied=every_prompt)
+    assert len(log) == 2 and [copies for _, copies in log[1]] == [2, 2] and not refilled.empty.any()
+    assert planner.informative_history == pytest.approx((0.0, 0.9 * 2.0))
+    assert refilled.metrics["budget/seen_informative_rate"] == 0.0
+    planner = budgeted(budget_stop_rule="yield")
+    refilled, log = run(planner, [PROMPTS[0]] * 2 * G)  # the stream's first two prompts, informative
+    informative = sum(p not in TIED for p, _ in log[0])
+    assert informative and planner.informative_history == pytest.approx((0.9 * informative, 0.9 * 2.0))
+    for seen, ties_go_on in (((1.0, 1.0), False), ((0.5, 1.0), True)):
+        planner = budgeted(budget_stop_rule="yield")
+        planner.informative_history = seen
+        refilled, log = run(planner, [PROMPTS[0]] * 2 * G, tied=every_prompt)
+        assert len(log) == (2 if ties_go_on else 1) and refilled.empty.any() != ties_go_on
+        assert refilled.metrics["budget/seen_informative_rate"] == seen[0] / seen[1]

@@ -25,7 +25,7 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
         "dynamic_sampling_screen": 2, "skip_zero_std_prompts": False, "skip_refill": False,
         "skip_predictor": "success_rate", "skip_target_zero_std_frac": 0.5, "skip_min_draw_prob": 0.1,
         "skip_history_key": "level", "skip_prior_key": "level", "per_prompt_budgets": True, "budget_step": 3,
-        "budget_continue_prob": 0.2, "zero_std_reward_funcs": ["answer"],
+        "budget_stop_rule": "yield", "budget_continue_prob": 0.2, "zero_std_reward_funcs": ["answer"],
     }  # fmt: skip
     assert set(other_values) == set(config.ZERO_STD_FIELDS)
     built(**base).save(str(tmp_path))
