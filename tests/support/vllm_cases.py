@@ -20,6 +20,7 @@ FEATURES = {
     "empty_slots": {"skip_zero_std_prompts": True, "skip_predictor": "streak", "skip_refill": False},
     "dynamic_skipping": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "skip_predictor": "streak"},
     "budgets": {"per_prompt_budgets": True, "budget_continue_prob": 1.0},  # a tie stops at 2 rows: empty slots
+    "budgets_yield": {"per_prompt_budgets": True, "budget_stop_rule": "yield"},  # rounds of 2, then the rest
 }
 
 
