@@ -9,11 +9,11 @@ A prompt is sampled ``step`` completions at a time, up to ``G = num_generations`
   under ``skip_predictor="success_rate"``, else uniform; ``s, f``: the tie's successes and failures) says how likely
   the ``G - n`` completions it could still get are to break the tie. Under the ``"chance"`` rule it gets ``step``
   more while that chance is at least ``continue_prob``; under ``"yield"`` it is completed to ``G`` when that chance
-  per completion is at least what earlier batches got per completion (``yield_continue_prob``), two rounds at most.
-  Else it stops, a group of ``n`` tied rows and ``G - n`` empty slots.
+  per completion is at least what earlier batches got per completion (``yield_continue_prob``): two rounds in one
+  process. Else it stops, a group of ``n`` tied rows and ``G - n`` empty slots.
 
 A round's rows are a multiple of the world size (every rank generates as many): the rows that takes go to ties
-(``even_over_ranks``).
+(``even_over_ranks``), and a tie they break is completed in one more round.
 
 No trainer or TRL import.
 """
@@ -25,6 +25,7 @@ import torch
 from .success_rate import informative_prob
 
 UNIFORM_PRIOR = (1.0, 1.0)  # Beta(1, 1): a prompt nothing is known of
+CONTINUE_PROB = 0.5  # the "chance" rule's threshold when budget_continue_prob is None
 
 
 def tie_break_prob(
@@ -49,11 +50,11 @@ def tie_break_prob(
 
 def yield_continue_prob(room: torch.Tensor, informative_rate: float, group_size: int) -> torch.Tensor:
     """``(k,)`` the least chance of breaking its tie at which a tied prompt is worth the ``room`` ``(k,)`` completions
-    it could still get: a tie that breaks is one informative group, so its yield per completion is ``break_prob /
-    room``, and it goes on when that is at least the ``informative_rate`` (informative groups per ``group_size``
-    completions generated, over earlier batches) spread over ``group_size`` completions. Spending where the yield
-    is at least the average raises the average (informative groups per token); ``informative_rate = 0`` (no batch
-    yet) completes every tie."""
+    it could still get: a tie that breaks is one informative group, so its yield is ``break_prob / room``
+    informative groups per completion, and it goes on when that is at least the ``informative_rate`` (informative
+    groups per ``group_size`` completions generated, over earlier batches) over ``group_size``. Spending where the
+    yield is at least the average raises the average (informative groups per completion). While no informative
+    group has been seen (rate 0), every tie is completed."""
     return (room.double() * informative_rate / group_size).clamp(max=1)
 
 

@@ -103,15 +103,16 @@ class ZeroStdArguments:
             "help": "per_prompt_budgets: when a tied prompt stops. 'chance': it gets budget_step more completions "
             "while the chance that the rest of its group breaks the tie is at least budget_continue_prob. 'yield': "
             "it is completed to num_generations when that chance per completion it would cost is at least the "
-            "informative groups per completion of earlier batches (decayed), else it stops; two rounds at most."
+            "informative groups per completion of earlier batches (decayed), else it stops: two rounds in one "
+            "process (rows that make a round even over ranks can add one)."
         },
     )
-    budget_continue_prob: float = field(
-        default=0.5,
+    budget_continue_prob: float | None = field(
+        default=None,
         metadata={
             "help": "per_prompt_budgets under budget_stop_rule='chance': a tied prompt gets more completions while "
             "the predicted probability that the rest of its group breaks the tie is at least this; 0: every group is "
-            "completed, 1: none that ties."
+            "completed, 1: none that ties. None: 0.5."
         },
     )
     zero_std_reward_funcs: list[str] | None = field(
@@ -281,11 +282,11 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         raise ValueError(
             f"budget_step must be >= 2 (one completion cannot differ from itself), got {settings.budget_step!r}."
         )
-    if not 0 <= settings.budget_continue_prob <= 1:
+    if settings.budget_continue_prob is not None and not 0 <= settings.budget_continue_prob <= 1:
         raise ValueError(
             f"budget_continue_prob must be in [0, 1] (a probability), got {settings.budget_continue_prob!r}."
         )
-    if settings.budget_stop_rule == "yield" and settings.budget_continue_prob != defaults["budget_continue_prob"]:
+    if settings.budget_stop_rule == "yield" and settings.budget_continue_prob is not None:
         raise ValueError(
             f"budget_continue_prob={settings.budget_continue_prob!r} with budget_stop_rule='yield': the yield rule "
             "sets its own threshold from earlier batches. Leave budget_continue_prob unset, or use "

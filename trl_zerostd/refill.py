@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import core
-from .budgets import UNIFORM_PRIOR, even_over_ranks, next_copies, tie_break_prob, yield_continue_prob
+from .budgets import CONTINUE_PROB, UNIFORM_PRIOR, even_over_ranks, next_copies, tie_break_prob, yield_continue_prob
 from .config import ZeroStdArguments
 from .rounds import GatheredRows, GeneratedPool, RefilledBatch, RoundPart, RoundRequest, Screened
 from .sampling import (
@@ -53,15 +53,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trl_zerostd")
 # a fill's rounds: it yields requests, gets their gathered rows, returns (rounds, (informative, generated))
 Rounds = Generator[RoundRequest, list[GatheredRows], tuple[int, tuple[int, int]]]
-RATE_DECAY = 0.9  # per generation batch: the informative rate a refill is sized by looks back ~10 batches
+RATE_DECAY = 0.9  # per generation batch: the informative rate a refill or a budget reads looks back ~10 batches
 
 
 @dataclass
 class BatchRefiller:
     """The refill of a run: its settings, the prompt ``stream`` (with a map-style dataset, ``dataset`` gives the
     rows of its indices), the ``skipper`` (the prompt histories: prompt skipping, budgets) and the decayed
-    ``(informative, generated)`` group counts of earlier batches (screened: ``(passed, screened)`` screens). Built
-    by ``state.build_state``."""
+    ``(informative, generated)`` group counts of earlier batches (screened: ``(passed, screened)`` screens;
+    budgets: informative groups and completions over ``G``). Built by ``state.build_state``."""
 
     settings: ZeroStdArguments
     stream: PromptStream | RowStream
@@ -222,6 +222,7 @@ class BatchRefiller:
         by_yield = settings.budget_stop_rule == "yield"
         step, tie_step = settings.budget_step, G if by_yield else settings.budget_step
         informative_rate = seen_informative / seen_generated if seen_generated > 0 else 0.0
+        chance = CONTINUE_PROB if settings.budget_continue_prob is None else settings.budget_continue_prob
         fresh = torch.zeros(needed, dtype=torch.bool)
         copies = even_over_ranks(torch.full((needed,), step), torch.full((needed,), G), fresh, self.world_size)
         rounds = 0
@@ -240,9 +241,7 @@ class BatchRefiller:
             low_high = core.widen_reward_range(reward_range, groups.task_rewards, valid) or (0.0, 0.0)
             successes, valid_rows = group_successes(groups.task_rewards, valid, G, low_high)
             break_prob = tie_break_prob(prior_a, prior_b, successes, valid_rows, G - counts)
-            continue_prob = (
-                yield_continue_prob(G - counts, informative_rate, G) if by_yield else settings.budget_continue_prob
-            )
+            continue_prob = yield_continue_prob(G - counts, informative_rate, G) if by_yield else chance
             wanted = next_copies(counts, informative, break_prob, G, tie_step, continue_prob)
             copies = even_over_ranks(wanted, G - counts, informative, self.world_size)
         pool.add(groups, informative, keys, torch.cat([empty for _, empty in padded]))

@@ -457,8 +457,8 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "budgets: the yield rule ignores the rate of earlier batches",
         "refill.py",
-        "yield_continue_prob(G - counts, informative_rate, G) if by_yield",
-        "yield_continue_prob(G - counts, 0.0, G) if by_yield",
+        "yield_continue_prob(G - counts, informative_rate, G) if by_yield else chance",
+        "yield_continue_prob(G - counts, 0.0, G) if by_yield else chance",
     ),
     (
         "budgets: a budgeted batch leaves the informative history as it was",

@@ -100,8 +100,8 @@ def test_budgets_are_refused_with_dynamic_sampling_and_check_their_step(make_tra
         make_trainer(per_prompt_budgets=True, budget_continue_prob=1.5)
     with pytest.raises(ValueError, match="set per_prompt_budgets=True"):
         make_trainer(budget_step=3)
-    with pytest.raises(ValueError, match="budget_continue_prob=0.3 with budget_stop_rule='yield'"):
-        make_trainer(per_prompt_budgets=True, budget_stop_rule="yield", budget_continue_prob=0.3)
+    with pytest.raises(ValueError, match="budget_continue_prob=0.5 with budget_stop_rule=.yield."):
+        make_trainer(per_prompt_budgets=True, budget_stop_rule="yield", budget_continue_prob=0.5)
 
 
 def test_budgets_read_the_success_rates_without_skipping(make_trainer):

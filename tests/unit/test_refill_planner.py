@@ -133,16 +133,19 @@ def test_budgets_stop_a_tie_at_once_under_a_prior_of_failure_and_go_on_under_an_
         assert len(log) == rounds
 
 
+@pytest.mark.parametrize("rule", ["chance", "yield"])
 @pytest.mark.parametrize(("world_size", "rows_per_rank"), [(2, 4), (3, 4), (4, 2), (8, 1)])
 def test_budgets_on_any_number_of_ranks_ask_for_even_rounds_and_complete_every_informative_group(
-    world_size, rows_per_rank
+    world_size, rows_per_rank, rule
 ):
     """A round's rows split evenly over the ranks (the rows that takes go to ties), an informative prompt is
     completed whatever the world size, and every rank ends with its share of the same batch."""
     needed = rows_per_rank * world_size // G
     batches = []
     for rank in range(world_size):
-        refilled, log = run(budgeted(world_size=world_size, rank=rank), [PROMPTS[0]] * rows_per_rank)
+        planner = budgeted(world_size=world_size, rank=rank, budget_stop_rule=rule)
+        planner.informative_history = (1.0, 1.0)  # under "yield": a tie of 2 stops (threshold 0.5 > 0.4)
+        refilled, log = run(planner, [PROMPTS[0]] * rows_per_rank)
         assert all(sum(copies for _, copies in part) % world_size == 0 for part in log)
         batches.append(refilled)
     prompts = [row["prompt"] for batch in batches for row in batch.rows]
@@ -163,23 +166,30 @@ def test_budgets_over_two_ranks_ask_for_rows_that_split_evenly_and_match_one_pro
 
 
 def test_the_yield_rule_completes_a_tie_in_one_round_while_its_yield_beats_the_rate_seen():
-    """G = 4, steps of 2, a uniform prior, every prompt tied: a tie of 2 breaks in its 2 more rows with chance 2/5.
-    With no batch seen (rate 0) every tie is completed in one second round; the batch's informative groups and
-    completions over G then enter the decayed history. Once earlier batches made one informative group per G
-    completions, the threshold is 2 * 1 / 4 = 0.5 > 0.4 and the ties stop; at 0.5 a group, 0.25, and they go on."""
+    """G = 8, 2 completions first, a uniform prior, every prompt tied: a tie of 2 breaks in its 6 more with chance
+    1 - 3/9 = 0.667. With no informative group seen (rate 0) every tie gets its 6 in one second round. Once earlier
+    batches made one informative group per 8 completions, the threshold is 6 * 1 / 8 = 0.75 and the ties stop (the
+    history then counts 4 completions, half a group); at half a group per 8, 0.375, and they go on."""
     every_prompt = {row["prompt"] for row in PROMPTS}
-    planner = budgeted(budget_stop_rule="yield")
-    refilled, log = run(planner, [PROMPTS[0]] * 2 * G, tied=every_prompt)
-    assert len(log) == 2 and [copies for _, copies in log[1]] == [2, 2] and not refilled.empty.any()
-    assert planner.informative_history == pytest.approx((0.0, 0.9 * 2.0))
-    assert refilled.metrics["budget/seen_informative_rate"] == 0.0
-    planner = budgeted(budget_stop_rule="yield")
-    refilled, log = run(planner, [PROMPTS[0]] * 2 * G)  # the stream's first two prompts, informative
-    informative = sum(p not in TIED for p, _ in log[0])
-    assert informative and planner.informative_history == pytest.approx((0.9 * informative, 0.9 * 2.0))
-    for seen, ties_go_on in (((1.0, 1.0), False), ((0.5, 1.0), True)):
-        planner = budgeted(budget_stop_rule="yield")
-        planner.informative_history = seen
-        refilled, log = run(planner, [PROMPTS[0]] * 2 * G, tied=every_prompt)
-        assert len(log) == (2 if ties_go_on else 1) and refilled.empty.any() != ties_go_on
-        assert refilled.metrics["budget/seen_informative_rate"] == seen[0] / seen[1]
+
+    def planner(seen):
+        refiller = BatchRefiller(ZeroStdArguments(per_prompt_budgets=True, budget_stop_rule="yield"),
+                                 PromptStream(len(PROMPTS), seed=0), PROMPTS, 8, world_size=1, rank=0)  # fmt: skip
+        refiller.informative_history = seen
+        return refiller
+
+    for seen, ties_go_on, history in (
+        ((0.0, 0.0), True, (0.0, 0.9 * 2.0)),
+        ((1.0, 1.0), False, (0.9, 0.9 * (1.0 + 4 / 8))),
+        ((0.5, 1.0), True, (0.45, 0.9 * (1.0 + 2.0))),
+    ):
+        refiller = planner(seen)
+        refilled, log = run(refiller, [PROMPTS[0]] * 16, tied=every_prompt)
+        assert [copies for _, copies in log[0]] == [2, 2]
+        assert log[1:] == ([[(p, 6) for p, _ in log[0]]] if ties_go_on else [])
+        assert refilled.empty.any() != ties_go_on
+        assert refiller.informative_history == pytest.approx(history)
+        assert refilled.metrics["budget/seen_informative_rate"] == (seen[0] / seen[1] if seen[1] else 0.0)
+    refiller = planner((0.0, 0.0))
+    run(refiller, [PROMPTS[0]] * 16)  # the stream's first two prompts differ: two informative groups of 8
+    assert refiller.informative_history == pytest.approx((0.9 * 2, 0.9 * 2.0))
