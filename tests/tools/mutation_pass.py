@@ -461,6 +461,12 @@ MUTATIONS = [  # (label, file, original, mutant)
         "yield_continue_prob(G - counts, 0.0, G) if by_yield else chance",
     ),
     (
+        "budgets: the yield rule gives a tie budget_step more, not the rest of its group",
+        "refill.py",
+        "step, tie_step = settings.budget_step, G if by_yield else settings.budget_step",
+        "step, tie_step = settings.budget_step, settings.budget_step",
+    ),
+    (
         "budgets: a budgeted batch leaves the informative history as it was",
         "refill.py",
         "RATE_DECAY * (seen_informative + int(informative.sum())),",
