@@ -110,8 +110,11 @@ def per_seed_table(per_arm: dict[str, list[dict]], target: dict[int, float], see
         cells = []
         for seed in seeds:
             record = by_seed.get(seed)
-            point = reached(record, target[seed]) if record and seed in target else None
-            gain = final_reward(record) - record["eval"][0][1] if record else float("nan")
+            if record is None:  # the arm was not run on this seed
+                cells.append("")
+                continue
+            point = reached(record, target[seed]) if seed in target else None
+            gain = final_reward(record) - record["eval"][0][1]
             cells.append(f"{point[0] / 1e6:.3f}, {gain:+.3f}" if point else f"-, {gain:+.3f}")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return lines
