@@ -19,6 +19,7 @@ from tests.support.vllm_cases import GLOBAL_BATCH
         ("grpo", "colocate", "dynamic_skipping"),
         ("rloo", "server", "dynamic"),
         ("grpo", "server", "budgets"),
+        ("grpo", "server", "budgets_yield"),
     ],
 )
 def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind, mode, feature):
