@@ -14,8 +14,11 @@ from benchmarks.time_to_accuracy_metrics import (
     median,
     ratios_to_trl,
     targets,
+    ties_cut_to_first_round,
     trained_only,
 )
+
+FIRST_ROUND = 2  # completions: per-prompt budgets' smallest and default budget_step
 
 
 def task_check(trl_runs: list[dict], hard: str) -> list[str]:
@@ -114,6 +117,61 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
     return lines
 
 
+def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args) -> list[str]:
+    """Where the report has a per-prompt budgets arm of this package, what such a rule could save at best: runs
+    re-costed as if every group that tied had cost only the first round and every other the whole group
+    (``ties_cut_to_first_round``), their tokens to TRL's target over TRL's (interpolated), for base TRL,
+    ``keep_failed`` and each budgets arm; and each budgets arm's completions a prompt against that floor. The peer is
+    left out: it stops groups that are not tied, and its calibration is not a step's completions."""
+    budgeted = [arm for arm, runs in per_arm.items() if runs and "--per_prompt_budgets" in ARMS[arm].flags]
+    if not budgeted or not per_arm.get("trl"):
+        return []
+    group, base = args.num_generations, {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
+    lines = [
+        "",
+        "What a budget rule could save at best: runs re-costed as if every group that tied had cost only the rule's "
+        "first round and every other the whole group, assuming that learning stays as run (a tied group's other rows "
+        "still train TRL's KL term, keep_failed's too, and count in the loss normaliser); tokens to TRL's target "
+        "over TRL's, interpolated, as run -> re-costed (-: not reached). A budgets arm re-costed has its own rule's "
+        "ties known, ties it stopped that more completions might have broken included. The peer is left out: it "
+        "stops groups that are not tied, and its calibration is no step's completions.",
+        "",
+        "| arm | tokens / TRL, as run (median) | re-costed (median) | "
+        + " | ".join(f"seed {s}" for s in args.seeds) + " |",
+        "|---" * (len(args.seeds) + 3) + "|",
+    ]  # fmt: skip
+    for arm in ("trl", "keep_failed", *budgeted):
+        runs = {r["seed"]: r for r in per_arm.get(arm, []) if base.get(r["seed"])}
+        if not runs:
+            continue
+        first_round = ARMS[arm].value("--budget_step", FIRST_ROUND) if arm in ARMS else FIRST_ROUND
+        as_run = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in runs.items()}
+        recosted = {s: ties_cut_to_first_round(r, first_round, group) for s, r in runs.items()}
+        cut = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in recosted.items()}
+        cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f')}".replace("never", "-") if s in runs else ""
+                 for s in args.seeds]  # fmt: skip
+        lines.append(f"| {arm} | {cost(median(list(as_run.values())), '.2f')} | "
+                     f"{cost(median(list(cut.values())), '.2f')} | " + " | ".join(cells) + " |")  # fmt: skip
+    lines += [
+        "",
+        "Each budgets arm's completions a prompt against that floor (means over the seeds' steps that logged both):",
+        "",
+        "| arm | completions a prompt | groups that ended tied | floor: first round for a tie, the group otherwise "
+        "| spend / floor |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in budgeted:
+        logged = [zip(r.get("completions_per_prompt") or (), r["frac_reward_zero_std"]) for r in per_arm[arm]]
+        steps = [step for run in logged for step in run if None not in step]
+        if not steps:
+            lines.append(f"| {arm} | not logged | | | |")
+            continue
+        spent, tied = (statistics.fmean(step[i] for step in steps) for i in range(2))
+        floor = ARMS[arm].value("--budget_step", FIRST_ROUND) * tied + group * (1 - tied)
+        lines.append(f"| {arm} | {spent:.2f} | {tied:.2f} | {floor:.2f} | {spent / floor:.2f} |")
+    return lines
+
+
 def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
     """Each arm against base TRL given the same run setting (its ``Arm.twin``), where that arm has runs: per seed the
     target is the start plus ``args.target_fraction`` of the twin's gain; tokens and wall time to it over the twin's,
@@ -137,11 +195,17 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
 
 def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:
     """Seconds to generate one full batch (the median over a run's generation rounds), per run of each arm that
-    generates the same batch every round (no dynamic sampling, no empty slots): the same work in every run, so it
-    shows how fast the machine, and what ran beside, let each run go."""
+    generates the same batch every round (no dynamic sampling, no empty slots, no per-prompt budgets): the same work
+    in every run, so it shows how fast the machine, and what ran beside, let each run go."""
     rows = []
     for arm, runs in per_arm.items():
-        if not runs or runs[0]["generated_groups"][0] is not None or any(runs[0].get("empty_slot_frac") or ()):
+        budgeted = {"--per_prompt_budgets", "--budget_grid"} & set(ARMS[arm].flags)  # rounds that vary a step
+        if (
+            not runs
+            or budgeted
+            or runs[0]["generated_groups"][0] is not None
+            or any(runs[0].get("empty_slot_frac") or ())
+        ):
             continue
         rounds = {r["seed"]: median([s for s in r["generation_s"] if s > 0]) for r in runs}
         rows.append(f"| {arm} | " + ", ".join(f"{s}: {t:.1f}" for s, t in sorted(rounds.items())) + " |")

@@ -77,6 +77,21 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def ties_cut_to_first_round(record: dict, first_round: int, group: int) -> dict:
+    """``record`` re-costed as if, after each prompt's first ``first_round`` completions, it had been known whether
+    the prompt's ``group`` would tie: each step's tied groups (``frac_reward_zero_std``) cost ``first_round``
+    completions, the others all ``group``, against what the step spent (its ``completions_per_prompt``; the whole
+    group where the run did not log it). A step that logged no tie share is left as run. Only tokens are re-costed
+    (wall time is as run), and the scaling assumes a step's completions cost alike."""
+    tokens, before, cut = generated_tokens(record), 0.0, []
+    spent = record.get("completions_per_prompt") or [group] * len(tokens)
+    for total, tied, completions in zip(tokens, record["frac_reward_zero_std"], spent, strict=True):
+        kept = 1.0 if tied is None else (first_round * tied + group * (1 - tied)) / (completions or group)
+        cut.append((cut[-1] if cut else 0.0) + (total - before) * kept)
+        before = total
+    return {**record, "generated_tokens": cut}
+
+
 def trained_only(record: dict, groups: int) -> dict:
     """A dynamic-sampling run as prompt skipping with a perfect predictor would have run it: each step's tokens and
     generation seconds scaled by the share of its generated groups that trained (``groups`` of

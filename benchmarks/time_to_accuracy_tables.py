@@ -9,6 +9,7 @@ import statistics
 
 from benchmarks.time_to_accuracy_arms import groups_per_step
 from benchmarks.time_to_accuracy_checks import (
+    budget_floor,
     foresight_bound,
     interpolated_row,
     perfect_predictor,
@@ -38,6 +39,7 @@ def summarise(records: list[dict], args) -> str:
     lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
     lines += foresight_bound(per_arm["trl"], target, args.seeds)
     lines += perfect_predictor(per_arm, target, args)
+    lines += budget_floor(per_arm, target, args)
     lines += same_setting(per_arm, args)
     lines += speed_gauge(per_arm)
     lines += band_table(per_arm, args.levels)
