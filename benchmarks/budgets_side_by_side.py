@@ -1,6 +1,6 @@
 """Per-prompt budgets side by side with base TRL, this package's best arms and the PyPI peer ``trl-cgrpo``: held-out
 accuracy reached per generated token and per second, on the spread task (tiny model, 10 seeds) or the real model
-(SmolLM2-135M-Instruct, 3 seeds for this package's arms, 2 for the peer's).
+(SmolLM2-135M-Instruct, 5 seeds for this package's arms, 2 for the peer's).
 
     pip install --no-deps trl-cgrpo==0.2.0        # the peer, beside TRL 1.16 (it pins trl<1.15 and runs on 1.16)
     python -m benchmarks.budgets_side_by_side --study spread
@@ -32,7 +32,8 @@ STUDIES = {
     "spread": (time_to_accuracy.TimeToAccuracyArguments,
                ["trl", "keep_failed", "budgets-prior", "budgets-prior-yield"], list(range(10)), PEER, list(range(10))),
     "real": (time_to_accuracy_real.RealTimeToAccuracyArguments,
-             ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf"], [0, 1, 2], ["cgrpo-g8"], [0, 1]),
+             ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf"], list(range(5)),
+             ["cgrpo-g8"], [0, 1]),
 }  # fmt: skip
 
 
