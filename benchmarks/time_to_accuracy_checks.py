@@ -133,8 +133,9 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
         "first round and every other the whole group, assuming that learning stays as run (a tied group's other rows "
         "still train TRL's KL term, keep_failed's too, and count in the loss normaliser); tokens to TRL's target "
         "over TRL's, interpolated, as run -> re-costed (-: not reached). A budgets arm re-costed has its own rule's "
-        "ties known, ties it stopped that more completions might have broken included. The peer is left out: it "
-        "stops groups that are not tied, and its calibration is no step's completions.",
+        "ties known, ties it stopped that more completions might have broken included (?: the run did not log its "
+        "completions a prompt). The peer is left out: it stops groups that are not tied, and its calibration is no "
+        "step's completions.",
         "",
         "| arm | tokens / TRL, as run (median) | re-costed (median) | "
         + " | ".join(f"seed {s}" for s in args.seeds) + " |",
@@ -144,14 +145,16 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
         runs = {r["seed"]: r for r in per_arm.get(arm, []) if base.get(r["seed"])}
         if not runs:
             continue
-        first_round = ARMS[arm].value("--budget_step", FIRST_ROUND) if arm in ARMS else FIRST_ROUND
+        first_round = ARMS[arm].value("--budget_step", FIRST_ROUND)
         as_run = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in runs.items()}
-        recosted = {s: ties_cut_to_first_round(r, first_round, group) for s, r in runs.items()}
+        known = {s: r for s, r in runs.items() if arm not in budgeted or r.get("completions_per_prompt")}
+        recosted = {s: ties_cut_to_first_round(r, first_round, group) for s, r in known.items()}
         cut = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in recosted.items()}
-        cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f')}".replace("never", "-") if s in runs else ""
-                 for s in args.seeds]  # fmt: skip
-        lines.append(f"| {arm} | {cost(median(list(as_run.values())), '.2f')} | "
-                     f"{cost(median(list(cut.values())), '.2f')} | " + " | ".join(cells) + " |")  # fmt: skip
+        cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f') if s in cut else '?'}".replace("never", "-")
+                 if s in runs else "" for s in args.seeds]  # fmt: skip
+        cut_median = cost(median(list(cut.values())), ".2f") if cut else "?"
+        lines.append(f"| {arm} | {cost(median(list(as_run.values())), '.2f')} | {cut_median} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
     lines += [
         "",
         "Each budgets arm's completions a prompt against that floor (means over the seeds' steps that logged both):",

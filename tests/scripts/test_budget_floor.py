@@ -45,6 +45,7 @@ def test_floor_rows_for_trl_and_each_budgets_arm_the_peer_left_out():
     assert "| keep_failed | 1.00 | 1.00 | 1.00 -> 1.00 |" in lines  # nothing tied: nothing to cut
     assert "| budgets-prior | 1.00 | 0.83 | 1.00 -> 0.83 |" in lines  # 5 of the 6 its first two steps spent
     assert "| budgets-prior | 5.00 | 0.50 | 5.00 | 1.00 |" in lines  # floor: 2 x 0.5 + 8 x 0.5
+    assert "| budgets-prior-yield | 1.00 | ? | 1.00 -> ? |" in lines  # not re-costed as if it had spent 8
     assert "| budgets-prior-yield | not logged | | | |" in lines
     assert not any(line.startswith("| cgrpo") for line in lines)
     assert budget_floor({"trl": records["trl"]}, {0: 0.5}, ARGS) == []
