@@ -8,6 +8,7 @@ import statistics
 
 from benchmarks.time_to_accuracy_arms import ARMS, groups_per_step
 from benchmarks.time_to_accuracy_metrics import (
+    completions_knowing_ties,
     cost,
     crossing,
     first_reaching,
@@ -124,6 +125,7 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
     ``keep_failed`` and each budgets arm; and each budgets arm's completions a prompt against that floor. The peer is
     left out: it stops groups that are not tied, and its calibration is not a step's completions."""
     budgeted = [arm for arm, runs in per_arm.items() if runs and "--per_prompt_budgets" in ARMS[arm].flags]
+    first_round = {arm: ARMS[arm].value("--budget_step", FIRST_ROUND) for arm in ("trl", "keep_failed", *budgeted)}
     if not budgeted or not per_arm.get("trl"):
         return []
     group, base = args.num_generations, {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
@@ -145,10 +147,9 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
         runs = {r["seed"]: r for r in per_arm.get(arm, []) if base.get(r["seed"])}
         if not runs:
             continue
-        first_round = ARMS[arm].value("--budget_step", FIRST_ROUND)
         as_run = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in runs.items()}
         known = {s: r for s, r in runs.items() if arm not in budgeted or r.get("completions_per_prompt")}
-        recosted = {s: ties_cut_to_first_round(r, first_round, group) for s, r in known.items()}
+        recosted = {s: ties_cut_to_first_round(r, first_round[arm], group) for s, r in known.items()}
         cut = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in recosted.items()}
         cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f') if s in cut else '?'}".replace("never", "-")
                  if s in runs else "" for s in args.seeds]  # fmt: skip
@@ -170,7 +171,7 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
             lines.append(f"| {arm} | not logged | | | |")
             continue
         spent, tied = (statistics.fmean(step[i] for step in steps) for i in range(2))
-        floor = ARMS[arm].value("--budget_step", FIRST_ROUND) * tied + group * (1 - tied)
+        floor = completions_knowing_ties(tied, first_round[arm], group)
         lines.append(f"| {arm} | {spent:.2f} | {tied:.2f} | {floor:.2f} | {spent / floor:.2f} |")
     return lines
 

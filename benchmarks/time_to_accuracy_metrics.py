@@ -77,19 +77,33 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def scaled_cumulative(cumulative: list[float], kept: list[float]) -> list[float]:
+    """A cumulative per-step count (tokens) with each step's increment scaled by its ``kept`` factor."""
+    before, scaled = 0.0, []
+    for total, factor in zip(cumulative, kept, strict=True):
+        scaled.append((scaled[-1] if scaled else 0.0) + (total - before) * factor)
+        before = total
+    return scaled
+
+
+def completions_knowing_ties(tied: float, first_round: int, group: int) -> float:
+    """Completions a prompt, on average, of a rule that knew after ``first_round`` completions whether the prompt's
+    ``group`` would tie: the first round for the ``tied`` share of groups, the whole group for the others."""
+    return first_round * tied + group * (1 - tied)
+
+
 def ties_cut_to_first_round(record: dict, first_round: int, group: int) -> dict:
     """``record`` re-costed as if, after each prompt's first ``first_round`` completions, it had been known whether
     the prompt's ``group`` would tie: each step's tied groups (``frac_reward_zero_std``) cost ``first_round``
-    completions, the others all ``group``, against what the step spent (its ``completions_per_prompt``; the whole
-    group where the run did not log it). A step that logged no tie share is left as run. Only tokens are re-costed
-    (wall time is as run), and the scaling assumes a step's completions cost alike."""
-    tokens, before, cut = generated_tokens(record), 0.0, []
+    completions, the others all ``group`` (``completions_knowing_ties``), against what the step spent (its
+    ``completions_per_prompt``; the whole group where the run did not log it). A step that logged no tie share is left
+    as run. Only tokens are re-costed (wall time is as run), and a step's completions are taken
+    to cost alike."""
+    tokens = generated_tokens(record)
     spent = record.get("completions_per_prompt") or [group] * len(tokens)
-    for total, tied, completions in zip(tokens, record["frac_reward_zero_std"], spent, strict=True):
-        kept = 1.0 if tied is None else (first_round * tied + group * (1 - tied)) / (completions or group)
-        cut.append((cut[-1] if cut else 0.0) + (total - before) * kept)
-        before = total
-    return {**record, "generated_tokens": cut}
+    kept = [1.0 if tied is None else completions_knowing_ties(tied, first_round, group) / (completions or group)
+            for tied, completions in zip(record["frac_reward_zero_std"], spent, strict=True)]  # fmt: skip
+    return {**record, "generated_tokens": scaled_cumulative(tokens, kept)}
 
 
 def trained_only(record: dict, groups: int) -> dict:
@@ -97,11 +111,7 @@ def trained_only(record: dict, groups: int) -> dict:
     generation seconds scaled by the share of its generated groups that trained (``groups`` of
     ``generated_groups``; the rest were tied and dropped, which that predictor would not have generated). The scaling
     assumes a step's groups cost alike; scoring is left whole."""
-    steps = zip(record["num_tokens"], [0.0, *record["num_tokens"][:-1]], record["generated_groups"],
-                record["step_time"], record["generation_s"])  # fmt: skip
-    tokens, step_time = [], []
-    for total, before, generated, step, generation in steps:
-        kept = groups / generated if generated else 1.0
-        tokens.append((tokens[-1] if tokens else 0.0) + (total - before) * kept)
-        step_time.append(step - generation * (1 - kept))
-    return {**record, "num_tokens": tokens, "step_time": step_time}
+    kept = [groups / generated if generated else 1.0 for generated in record["generated_groups"]]
+    step_time = [step - generation * (1 - factor)
+                 for step, generation, factor in zip(record["step_time"], record["generation_s"], kept)]  # fmt: skip
+    return {**record, "num_tokens": scaled_cumulative(record["num_tokens"], kept), "step_time": step_time}
