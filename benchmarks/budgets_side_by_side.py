@@ -32,8 +32,8 @@ STUDIES = {
     "spread": (time_to_accuracy.TimeToAccuracyArguments,
                ["trl", "keep_failed", "budgets-prior", "budgets-prior-yield"], list(range(10)), PEER, list(range(10))),
     "real": (time_to_accuracy_real.RealTimeToAccuracyArguments,
-             ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf"], list(range(5)),
-             ["cgrpo-g8"], [0, 1]),
+             ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf",
+              "trl-g4", "keep_failed-g4", "budgets-prior-yield-kf-g4"], list(range(5)), ["cgrpo-g8"], [0, 1]),
 }  # fmt: skip
 
 

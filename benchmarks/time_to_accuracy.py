@@ -89,7 +89,7 @@ class TimeToAccuracyArguments:
             "skip_prior_key=band; -f02: skip_min_draw_prob=0.02; -rate: skip_predictor=success_rate; -mu2: "
             "num_iterations=2; -x2: 2 x max_steps; -half: max_steps / 2; "
             "-lr05, -lr2: learning_rate x 0.5, x 2; -empty: skip_refill=False; -kf: zero_std_kl=keep_failed; -1g: one "
-            "group of 8 a step)."
+            "group of 8 a step; -g4: groups of 4, as many prompts a step)."
         },
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))

@@ -128,7 +128,8 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
     first_round = {arm: ARMS[arm].value("--budget_step", FIRST_ROUND) for arm in ("trl", "keep_failed", *budgeted)}
     if not budgeted or not per_arm.get("trl"):
         return []
-    group, base = args.num_generations, {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
+    group = {arm: ARMS[arm].value("--num_generations", args.num_generations) for arm in first_round}
+    base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
     lines = [
         "",
         "What a budget rule could save at best: runs re-costed as if every group that tied had cost only the rule's "
@@ -149,7 +150,7 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
             continue
         as_run = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in runs.items()}
         known = {s: r for s, r in runs.items() if arm not in budgeted or r.get("completions_per_prompt")}
-        recosted = {s: ties_cut_to_first_round(r, first_round[arm], group) for s, r in known.items()}
+        recosted = {s: ties_cut_to_first_round(r, first_round[arm], group[arm]) for s, r in known.items()}
         cut = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in recosted.items()}
         cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f') if s in cut else '?'}".replace("never", "-")
                  if s in runs else "" for s in args.seeds]  # fmt: skip
@@ -171,7 +172,7 @@ def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args)
             lines.append(f"| {arm} | not logged | | | |")
             continue
         spent, tied = (statistics.fmean(step[i] for step in steps) for i in range(2))
-        floor = completions_knowing_ties(tied, first_round[arm], group)
+        floor = completions_knowing_ties(tied, first_round[arm], group[arm])
         lines.append(f"| {arm} | {spent:.2f} | {tied:.2f} | {floor:.2f} | {spent / floor:.2f} |")
     return lines
 
@@ -199,14 +200,17 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
 
 def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:
     """Seconds to generate one full batch (the median over a run's generation rounds), per run of each arm that
-    generates the same batch every round (no dynamic sampling, no empty slots, no per-prompt budgets): the same work
-    in every run, so it shows how fast the machine, and what ran beside, let each run go."""
+    generates the study's batch every round (no dynamic sampling, no empty slots, no per-prompt budgets, no batch or
+    group size of its own): the same work in every run, so it shows how fast the machine, and what ran beside, let
+    each run go."""
     rows = []
     for arm, runs in per_arm.items():
         budgeted = {"--per_prompt_budgets", "--budget_grid"} & set(ARMS[arm].flags)  # rounds that vary a step
+        resized = {"--per_device_train_batch_size", "--num_generations"} & set(ARMS[arm].flags)  # other work a round
         if (
             not runs
             or budgeted
+            or resized
             or runs[0]["generated_groups"][0] is not None
             or any(runs[0].get("empty_slot_frac") or ())
         ):

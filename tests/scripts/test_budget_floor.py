@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from benchmarks.time_to_accuracy_arms import arm_flags, groups_per_step
 from benchmarks.time_to_accuracy_checks import budget_floor
 from benchmarks.time_to_accuracy_metrics import crossing, ties_cut_to_first_round
 
@@ -54,3 +55,21 @@ def test_floor_rows_for_trl_and_each_budgets_arm_the_peer_left_out():
 def test_a_spend_list_of_another_length_fails():
     with pytest.raises(ValueError):
         ties_cut_to_first_round(run("budgets", [0.5] * 4, completions_per_prompt=[4.0]), 2, 8)
+
+
+def test_an_arm_with_groups_of_4_is_floored_at_its_own_group():
+    # the arm's --num_generations 4: a tie costs 2 of 4, so half the groups tied floor at 2 x 0.5 + 4 x 0.5 = 3
+    arm = "budgets-prior-yield-kf-g4"
+    records = {
+        "trl": [run("trl", [0.5] * 4)],
+        arm: [run(arm, [0.5] * 4, completions_per_prompt=[3.0] * 4, generated_tokens=[300.0, 600.0, 900.0, 1200.0])],
+    }
+    lines = budget_floor(records, {0: 0.5}, ARGS)
+    assert f"| {arm} | 3.00 | 0.50 | 3.00 | 1.00 |" in lines
+    assert f"| {arm} | 0.38 | 0.38 | 0.38 -> 0.38 |" in lines  # re-costed at 4 a group it spent 3: as run
+
+
+def test_groups_of_4_keep_the_study_s_prompts_a_step():
+    study = SimpleNamespace(completions_per_step=32, num_generations=8, difficulty_column="level")
+    assert groups_per_step("trl-g4", study) == groups_per_step("trl", study) == 4
+    assert arm_flags("trl-g4", study)[-2:] == ["--per_device_train_batch_size", "16"]
