@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 DIFFICULTY = "<difficulty column>"  # stands for the study's --difficulty_column among an arm's flags
 WIDE_BATCH = "<4 x completions per step>"  # stands for 4 x the study's --completions_per_step (groups of 32)
-NARROW_BATCH = "<prompts per step x 4>"  # stands for the study's prompts a step x 4 (groups of 4)
+PROMPTS_TIMES = "<prompts per step x "  # "<prompts per step x 4>": the study's prompts a step x 4 (groups of 4)
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class Arm:
     """A study arm: the flags its runs add to the task's and the main job's defaults.
 
     ``trl``: it trains TRL's own GRPOTrainer (base TRL, the package's flags dropped). ``setting``: its run-setting
-    suffixes, a setting base TRL can be given too ("-mu2", "-x2", "-half", "-lr05", "-lr2", "-g4", in the name's
+    suffixes, a setting base TRL can be given too ("-mu2", "-x2", "-half", "-lr05", "-lr2", "-g4", "-g2", in the name's
     order); ``steps``: how many times max_steps it runs; ``lr_scale``: the factor on --learning_rate."""
 
     name: str
@@ -120,11 +120,15 @@ add(ARMS["dynamic"].variant("-1g-screen2", "--per_device_train_batch_size", "8",
 
 def arm_flags(arm: str, args) -> list[str]:
     """The arm's flags, its difficulty column named (``args.difficulty_column``) and its batch sized."""
-    named = {
-        DIFFICULTY: args.difficulty_column, WIDE_BATCH: str(4 * args.completions_per_step),
-        NARROW_BATCH: str(args.completions_per_step // args.num_generations * 4),
-    }  # fmt: skip
-    return [named.get(flag, flag) for flag in ARMS[arm].flags]
+    named = {DIFFICULTY: args.difficulty_column, WIDE_BATCH: str(4 * args.completions_per_step)}
+    prompts = args.completions_per_step // args.num_generations
+
+    def resolved(flag: str) -> str:
+        if flag.startswith(PROMPTS_TIMES):
+            return str(prompts * int(flag.removeprefix(PROMPTS_TIMES).rstrip(">")))
+        return named.get(flag, flag)
+
+    return [resolved(flag) for flag in ARMS[arm].flags]
 
 
 def groups_per_step(arm: str, args) -> int:
@@ -154,11 +158,18 @@ for arm in ("budgets", "budgets-prior"):
     )
 add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in list(ARMS) if arm.startswith("budgets")))
 add(ARMS["skip-rate-prior"].variant("-budgets", *BUDGETS))
-# Groups of 4 ("-g4": num_generations=4), as many prompts a step as the study's (half its completions at G=8); a
-# budgets arm's groups then stop at 4
-GROUPS_OF_4 = ("--num_generations", "4", "--per_device_train_batch_size", NARROW_BATCH)
+
+
+def groups_of(width: int) -> tuple[str, ...]:
+    """Flags for groups of ``width`` completions with as many prompts a step as the study's."""
+    return ("--num_generations", str(width), "--per_device_train_batch_size", f"{PROMPTS_TIMES}{width}>")
+
+
+# Groups of 4 ("-g4") or 2 ("-g2"), as many prompts a step as the study's (half or a quarter of its completions at
+# G=8); a budgets arm's groups then stop at 4
 for arm in ("trl", "keep_failed", "budgets-prior-yield-kf"):
-    add(ARMS[arm].variant("-g4", *GROUPS_OF_4, setting=True))
+    add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
+add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # The PyPI peer trl-cgrpo (benchmarks/peer_cgrpo.py): its conformal budgets with the grid capped at TRL's group width
 # ("-g8": 2, 4, 8), and its default grid (2 ... 32: groups of 32, as many prompts a step as TRL)
 add(Arm("cgrpo-g8", ("--budget_grid", "2", "4", "8")))

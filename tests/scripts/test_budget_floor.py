@@ -69,7 +69,8 @@ def test_an_arm_with_groups_of_4_is_floored_at_its_own_group():
     assert f"| {arm} | 0.38 | 0.38 | 0.38 -> 0.38 |" in lines  # re-costed at 4 a group it spent 3: as run
 
 
-def test_groups_of_4_keep_the_study_s_prompts_a_step():
+@pytest.mark.parametrize(("arm", "batch"), [("trl-g4", "16"), ("trl-g2", "8"), ("budgets-prior-yield-kf-g4", "16")])
+def test_smaller_groups_keep_the_study_s_prompts_a_step(arm, batch):
     study = SimpleNamespace(completions_per_step=32, num_generations=8, difficulty_column="level")
-    assert groups_per_step("trl-g4", study) == groups_per_step("trl", study) == 4
-    assert arm_flags("trl-g4", study)[-2:] == ["--per_device_train_batch_size", "16"]
+    assert groups_per_step(arm, study) == groups_per_step("trl", study) == 4
+    assert arm_flags(arm, study)[-2:] == ["--per_device_train_batch_size", batch]

@@ -1,0 +1,69 @@
+"""Seconds a training step takes, for arms of the real-model study run at the same time on the same machine: the
+wall times of runs made in different sessions do not compare (what ran beside them, and the machine, changed), so a
+wall-time claim between two arms needs their steps measured side by side.
+
+    python -m benchmarks.step_cost --arms trl trl-g4 --steps 3 6
+
+Each arm trains seed 0 of the real-model study (``time_to_accuracy_real.py``: same task, flags and starting weights)
+for its ``--steps`` steps, without evaluation, every arm in its own process at once (one CPU thread each, as the
+study runs two at a time). Give a cheaper arm more steps so that it runs for as long as the others and every step is
+measured beside them. Writes TRL's ``step_time`` (generation, scoring and update) per step to ``--table``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from benchmarks import time_to_accuracy
+from benchmarks.budgets_side_by_side import study_args
+from benchmarks.runs import run_all
+
+
+@dataclass
+class StepCostArguments:
+    arms: list[str] = field(default_factory=lambda: ["trl", "trl-g4"], metadata={"help": "Arms of the real study."})
+    steps: list[int] = field(default_factory=lambda: [3, 6], metadata={"help": "Steps per arm, in --arms' order."})
+    table: str = field(default="docs/results/step_cost/table.md")
+
+
+def step_times(job: tuple) -> list[float]:
+    """Train ``job`` (see ``runs.run_one``); its steps' ``step_time`` in seconds."""
+    from benchmarks.runs import train_job
+
+    trainer = train_job(job)
+    return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
+
+
+def main(args: StepCostArguments) -> None:
+    if len(args.steps) != len(args.arms):
+        raise ValueError(f"--steps needs one count per arm: {len(args.arms)} arms, {len(args.steps)} counts.")
+    base = replace(study_args("real"), seeds=[0])
+    jobs = []
+    for arm, steps in zip(args.arms, args.steps, strict=True):
+        arm_, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]
+        no_eval = ["--eval_strategy", "no", "--eval_on_start", "false", "--report_to", "none"]
+        jobs.append((arm_, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
+    times = run_all(jobs, len(jobs), worker=step_times)
+    command = " ".join(["python -m benchmarks.step_cost --arms", *args.arms, "--steps", *map(str, args.steps)])
+    lines = [
+        f"Seconds a training step takes (TRL's step_time), seed 0 of the real study, all arms at once (`{command}`):",
+        "",
+        "| arm | steps | median (s) | per step (s) |",
+        "|---|---|---|---|",
+        *(
+            f"| {arm} | {len(t)} | {statistics.median(t):.1f} | {', '.join(f'{s:.1f}' for s in t)} |"
+            for arm, t in zip(args.arms, times, strict=True)
+        ),
+    ]
+    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.table).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    from trl import TrlParser
+
+    (parsed,) = TrlParser((StepCostArguments,)).parse_args_and_config()
+    main(parsed)
