@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks import time_to_accuracy
 from benchmarks.budgets_side_by_side import study_args
-from benchmarks.runs import run_all
+from benchmarks.runs import host, run_all
 
 
 @dataclass
@@ -37,8 +37,10 @@ def step_times(job: tuple) -> list[float]:
 
 
 def main(args: StepCostArguments) -> None:
-    if len(args.steps) != len(args.arms):
-        raise ValueError(f"--steps needs one count per arm: {len(args.arms)} arms, {len(args.steps)} counts.")
+    if len(args.steps) != len(args.arms) or min(args.steps, default=0) < 1:
+        raise ValueError(f"--steps needs one count of at least 1 per arm: arms {args.arms}, counts {args.steps}.")
+    if len(set(args.arms)) != len(args.arms):
+        raise ValueError(f"--arms names an arm twice: {args.arms}.")
     base = replace(study_args("real"), seeds=[0])
     jobs = []
     for arm, steps in zip(args.arms, args.steps, strict=True):
@@ -46,6 +48,7 @@ def main(args: StepCostArguments) -> None:
         no_eval = ["--eval_strategy", "no", "--eval_on_start", "false", "--report_to", "none"]
         jobs.append((arm_, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
     times = run_all(jobs, len(jobs), worker=step_times)
+    machine = host()
     command = " ".join(["python -m benchmarks.step_cost --arms", *args.arms, "--steps", *map(str, args.steps)])
     lines = [
         f"Seconds a training step takes (TRL's step_time), seed 0 of the real study, all arms at once (`{command}`):",
@@ -56,6 +59,9 @@ def main(args: StepCostArguments) -> None:
             f"| {arm} | {len(t)} | {statistics.median(t):.1f} | {', '.join(f'{s:.1f}' for s in t)} |"
             for arm, t in zip(args.arms, times, strict=True)
         ),
+        "",
+        f"CPU {machine['cpu']}; load averages over 1, 5 and 15 minutes at the end: "
+        + ", ".join(f"{load:.2f}" for load in machine["load_average"]),
     ]
     Path(args.table).parent.mkdir(parents=True, exist_ok=True)
     Path(args.table).write_text("\n".join(lines) + "\n")
