@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks import time_to_accuracy
 from benchmarks.budgets_side_by_side import study_args
-from benchmarks.runs import host, run_all
+from benchmarks.runs import host, run_all, train_job
 
 
 @dataclass
@@ -30,8 +30,6 @@ class StepCostArguments:
 
 def step_times(job: tuple) -> list[float]:
     """Train ``job`` (see ``runs.run_one``); its steps' ``step_time`` in seconds."""
-    from benchmarks.runs import train_job
-
     trainer = train_job(job)
     return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
 
