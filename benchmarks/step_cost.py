@@ -42,9 +42,9 @@ def main(args: StepCostArguments) -> None:
     base = replace(study_args("real"), seeds=[0])
     jobs = []
     for arm, steps in zip(args.arms, args.steps, strict=True):
-        arm_, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]
+        _, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]
         no_eval = ["--eval_strategy", "no", "--eval_on_start", "false", "--report_to", "none"]
-        jobs.append((arm_, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
+        jobs.append((arm, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
     times = run_all(jobs, len(jobs), worker=step_times)
     machine = host()
     command = " ".join(["python -m benchmarks.step_cost --arms", *args.arms, "--steps", *map(str, args.steps)])

@@ -11,6 +11,11 @@ WIDE_BATCH = "<4 x completions per step>"  # stands for 4 x the study's --comple
 PROMPTS_TIMES = "<prompts per step x "  # "<prompts per step x 4>": the study's prompts a step x 4 (groups of 4)
 
 
+def flag_value(flags: tuple[str, ...] | list[str], flag: str, default: int) -> int:
+    """The integer value of ``flag`` in a flag list, ``default`` where the list does not set it."""
+    return int(flags[flags.index(flag) + 1]) if flag in flags else default
+
+
 @dataclass(frozen=True)
 class Arm:
     """A study arm: the flags its runs add to the task's and the main job's defaults.
@@ -27,8 +32,9 @@ class Arm:
     lr_scale: float = 1.0
 
     def value(self, flag: str, default: int) -> int:
-        """The integer value of ``flag`` among the arm's flags, ``default`` where it does not set it."""
-        return int(self.flags[self.flags.index(flag) + 1]) if flag in self.flags else default
+        """The integer value of ``flag`` among the arm's flags, ``default`` where it does not set it (a placeholder
+        value fails: read those from ``arm_flags``)."""
+        return flag_value(self.flags, flag, default)
 
     @property
     def iterations(self) -> int:
@@ -134,13 +140,8 @@ def arm_flags(arm: str, args) -> list[str]:
 def groups_per_step(arm: str, args) -> int:
     """Groups a step trains: the study's completions a step (or the arm's --per_device_train_batch_size) over G."""
     flags = arm_flags(arm, args)
-
-    def value(flag: str, default: int) -> int:
-        return int(flags[flags.index(flag) + 1]) if flag in flags else default
-
-    return value("--per_device_train_batch_size", args.completions_per_step) // value(
-        "--num_generations", args.num_generations
-    )
+    batch = flag_value(flags, "--per_device_train_batch_size", args.completions_per_step)
+    return batch // flag_value(flags, "--num_generations", args.num_generations)
 
 
 # Per-prompt budgets: 2 completions of each prompt first, an informative one completed to G, a tie stopped unless
