@@ -12,7 +12,9 @@ data, seeds, starting weights and target rule), cached where that study caches i
 are not made again. Tokens are counted alike for every arm: the prompt and completion tokens of every sequence
 generated, the peer's calibration included and its padding rows not (``runs.timing_generation``). The peer's arms:
 ``cgrpo-g8`` (its grid capped at TRL's group width: 2, 4, 8) and ``cgrpo`` (its default grid 2 ... 32, as many
-prompts a step as TRL); its calibration set is 32 prompts taken off the train split (``peer_cgrpo.py``).
+prompts a step as TRL); its calibration set is 32 prompts taken off the train split (``peer_cgrpo.py``). On the real
+model ``trl-rerun`` is base TRL made again, two runs at a time as the later arms ran: wall ratios are like for like
+only between runs made under the same load.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ STUDIES = {
                 "trl-g4", "keep_failed-g4", "trl-g2"], list(range(10)), PEER, list(range(10))),
     "real": (time_to_accuracy_real.RealTimeToAccuracyArguments,
              ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf",
-              "trl-g4", "keep_failed-g4", "budgets-prior-yield-kf-g4"], list(range(5)), ["cgrpo-g8"], [0, 1]),
+              "trl-g4", "keep_failed-g4", "budgets-prior-yield-kf-g4", "trl-rerun"],
+             list(range(5)), ["cgrpo-g8"], [0, 1]),
 }  # fmt: skip
 
 
