@@ -14,13 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def pages() -> list[Path]:
     """README.md, then docs/**/*.md that git tracks or would (the run folders under docs/results hold ignored model
     cards: a clean clone has none); every docs page where git is not at hand."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "docs/*.md"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if listed.returncode != 0:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "docs/*.md"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout.splitlines()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
         return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    return [ROOT / "README.md", *sorted(ROOT / line for line in listed.stdout.splitlines())]
+    return [ROOT / "README.md", *sorted(page for page in map(ROOT.joinpath, listed) if page.exists())]
 
 
 PAGES = pages()
