@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks import time_to_accuracy
 from benchmarks.budgets_side_by_side import study_args
-from benchmarks.runs import host, run_all, train_job
+from benchmarks.runs import host, optimizer_steps, run_all, train_job
 
 
 @dataclass
@@ -31,7 +31,7 @@ class StepCostArguments:
 def step_times(job: tuple) -> list[float]:
     """Train ``job`` (see ``runs.run_one``); its steps' ``step_time`` in seconds."""
     trainer = train_job(job)
-    return [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
+    return [entry["step_time"] for entry in optimizer_steps(trainer.state.log_history)]
 
 
 def main(args: StepCostArguments) -> None:
