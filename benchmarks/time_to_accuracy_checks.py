@@ -80,13 +80,16 @@ def ratio_header(label: str, baseline: str, seeds: list[int]) -> list[str]:
     ]  # fmt: skip
 
 
-def interpolated_row(label: str, runs: list[dict], base: dict, target: dict[int, float], seeds: list[int]) -> str:
+def interpolated_row(
+    label: str, runs: list[dict], base: dict, target: dict[int, float], seeds: list[int], per_seed: int = 0
+) -> str:
     """A table row: the medians of the runs' tokens and wall time to target over TRL's (``base``: TRL's ``crossing``
-    per seed), both interpolated, then the tokens ratio of each of ``seeds`` (-: not reached)."""
+    per seed, only its seeds counted), both interpolated, then the ratio of each of ``seeds`` (-: not reached): tokens
+    (``per_seed=0``) or wall time (``1``)."""
     by_seed = {r["seed"]: ratios_to_trl(crossing(r, target[r["seed"]]), base[r["seed"]]) for r in runs
                if base.get(r["seed"])}  # fmt: skip
     medians = [cost(median([ratio[i] for ratio in by_seed.values()]), ".2f") for i in range(2)]
-    cells = [cost(by_seed[s][0], ".2f").replace("never", "-") if s in by_seed else "" for s in seeds]
+    cells = [cost(by_seed[s][per_seed], ".2f").replace("never", "-") if s in by_seed else "" for s in seeds]
     return f"| {label} | {medians[0]} | {medians[1]} | " + " | ".join(cells) + " |"
 
 
@@ -196,6 +199,31 @@ def same_setting(per_arm: dict[str, list[dict]], args) -> list[str]:
         base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm[twin]}
         lines.append(interpolated_row(f"{arm} / {twin}", per_arm[arm], base, target, args.seeds))
     return lines
+
+
+def wall_against_rerun(
+    per_arm: dict[str, list[dict]], target: dict[int, float], rerun: str = "trl-rerun"
+) -> list[str]:
+    """Wall time to target over base TRL made again (``rerun``), on the seeds where it was made again and reaches the
+    target. TRL's cached runs ran faster than the later arms, which ran two at a time on the machine's cores; its
+    re-runs ran so too and train step for step as the cached runs did (same rewards every step): their wall time
+    differs, and their crossing in tokens only by their finer evaluation grid. The target stays TRL's."""
+    runs = [r for r in per_arm.get(rerun) or [] if r["seed"] in target]
+    base = {r["seed"]: point for r in runs if (point := crossing(r, target[r["seed"]]))}
+    if not base:
+        return []
+    seeds = sorted(base)
+    return [
+        "",
+        f"Wall time to target over base TRL made again (`{rerun}`: two runs at a time, as the arms after TRL's ran), "
+        "on the seeds it was made again, interpolated (wall / TRL made again per seed; -: not reached; the tokens "
+        "median is over these seeds too). The row `trl` is TRL's cached runs: an arm whose runs ran as those did (the "
+        "speed gauge says which) reads low here by as much:",
+        "",
+        *ratio_header("arm", "TRL made again", seeds),
+        *(interpolated_row(arm, arm_runs, base, target, seeds, per_seed=1) for arm, arm_runs in per_arm.items()
+          if arm_runs and arm != rerun),
+    ]  # fmt: skip
 
 
 def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:

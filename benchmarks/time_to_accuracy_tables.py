@@ -17,6 +17,7 @@ from benchmarks.time_to_accuracy_checks import (
     same_setting,
     speed_gauge,
     task_check,
+    wall_against_rerun,
 )
 from benchmarks.time_to_accuracy_metrics import (
     cost,
@@ -41,6 +42,7 @@ def summarise(records: list[dict], args) -> str:
     lines += perfect_predictor(per_arm, target, args)
     lines += budget_floor(per_arm, target, args)
     lines += same_setting(per_arm, args)
+    lines += wall_against_rerun(per_arm, target)
     lines += speed_gauge(per_arm)
     lines += band_table(per_arm, args.levels)
     return "\n".join(lines)
