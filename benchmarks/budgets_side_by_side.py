@@ -32,7 +32,7 @@ PEER = ["cgrpo-g8", "cgrpo"]
 STUDIES = {
     # study: (its arguments, this package's arms and seeds, the peer's arms and seeds)
     "spread": (time_to_accuracy.TimeToAccuracyArguments,
-               ["trl", "keep_failed", "budgets-prior", "budgets-prior-yield",
+               ["trl", "keep_failed", "budgets-prior", "budgets-prior-yield", "budgets-prior-yield-kf",
                 "trl-g4", "keep_failed-g4", "trl-g2"], list(range(10)), PEER, list(range(10))),
     "real": (time_to_accuracy_real.RealTimeToAccuracyArguments,
              ["trl", "keep_failed", "budgets-prior-kf", "budgets-prior-yield-kf",

@@ -6,8 +6,9 @@ wall-time claim between two arms needs their steps measured side by side.
 
 Each arm trains seed 0 of the real-model study (``time_to_accuracy_real.py``: same task, flags and starting weights)
 for its ``--steps`` steps, without evaluation, every arm in its own process at once (one CPU thread each, as the
-study runs two at a time). Give a cheaper arm more steps so that it runs for as long as the others and every step is
-measured beside them. Writes TRL's ``step_time`` (generation, scoring and update) per step to ``--table``.
+study runs two at a time; ``--cpu_threads`` to change it). Give a cheaper arm more steps so that it runs for as long
+as the others and every step is measured beside them. Writes TRL's ``step_time`` (generation, scoring and update)
+per step to ``--table``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class StepCostArguments:
     arms: list[str] = field(default_factory=lambda: ["trl", "trl-g4"], metadata={"help": "Arms of the real study."})
     steps: list[int] = field(default_factory=lambda: [3, 6], metadata={"help": "Steps per arm, in --arms' order."})
     table: str = field(default="docs/results/step_cost/table.md")
+    cpu_threads: int = field(default=1, metadata={"help": "torch threads per process (the study's: 1)."})
 
 
 def step_times(job: tuple) -> list[float]:
@@ -44,10 +46,12 @@ def main(args: StepCostArguments) -> None:
     for arm, steps in zip(args.arms, args.steps, strict=True):
         _, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]
         no_eval = ["--eval_strategy", "no", "--eval_on_start", "false", "--report_to", "none"]
+        no_eval += ["--cpu_threads", str(args.cpu_threads)]  # after the study's flags: the last one counts
         jobs.append((arm, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
     times = run_all(jobs, len(jobs), worker=step_times)
     machine = host()
     command = " ".join(["python -m benchmarks.step_cost --arms", *args.arms, "--steps", *map(str, args.steps)])
+    command += f" --cpu_threads {args.cpu_threads}" if args.cpu_threads != 1 else ""
     lines = [
         f"Seconds a training step takes (TRL's step_time), seed 0 of the real study, all arms at once (`{command}`):",
         "",

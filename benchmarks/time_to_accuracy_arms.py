@@ -172,7 +172,7 @@ for arm in ("trl", "keep_failed", "budgets-prior-yield-kf"):
     add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
 add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # Base TRL made again, two runs at a time as the later arms ran, evaluated at steps 5 and 15 too: what the cached TRL
-# runs' 10-step evaluation grid and unrecorded load do to the ratios against them
+# runs' 10-step evaluation grid and conditions not recorded (running alone ruled out) do to the ratios against them
 add(Arm("trl-rerun", trl=True))
 # The PyPI peer trl-cgrpo (benchmarks/peer_cgrpo.py): its conformal budgets with the grid capped at TRL's group width
 # ("-g8": 2, 4, 8), and its default grid (2 ... 32: groups of 32, as many prompts a step as TRL)

@@ -205,9 +205,10 @@ def wall_against_rerun(
     per_arm: dict[str, list[dict]], target: dict[int, float], rerun: str = "trl-rerun"
 ) -> list[str]:
     """Wall time to target over base TRL made again (``rerun``), on the seeds where it was made again and reaches the
-    target. TRL's cached runs ran faster than the later arms, which ran two at a time on the machine's cores; its
-    re-runs ran so too and train step for step as the cached runs did (same rewards every step): their wall time
-    differs, and their crossing in tokens only by their finer evaluation grid. The target stays TRL's."""
+    target. TRL's cached runs ran faster than the later arms, under conditions not recorded; its re-runs ran as the
+    later arms did, two at a time on the machine's cores, and train step for step as the cached runs did (same
+    rewards every step): their wall time differs, and their crossing in tokens only by their finer evaluation grid.
+    The target stays TRL's."""
     runs = [r for r in per_arm.get(rerun) or [] if r["seed"] in target]
     base = {r["seed"]: point for r in runs if (point := crossing(r, target[r["seed"]]))}
     if not base:

@@ -60,12 +60,18 @@ def final_reward(record: dict) -> float:
 
 def targets(records: list[dict], fraction: float, baseline: str = "trl") -> dict[int, float]:
     """Per seed: the start plus ``fraction`` of the ``baseline`` arm's held-out gain on that seed (base TRL's unless
-    named; every arm starts alike)."""
-    return {
-        r["seed"]: r["eval"][0][1] + fraction * (final_reward(r) - r["eval"][0][1])
-        for r in records
-        if r["arm"] == baseline
-    }
+    named; every arm starts alike). A baseline run whose held-out reward does not rise fails: its target would be
+    reached at step 0, at no cost, and every ratio to it would divide by zero."""
+    target = {}
+    for r in (r for r in records if r["arm"] == baseline):
+        start, gain = r["eval"][0][1], final_reward(r) - r["eval"][0][1]
+        if gain <= 0:
+            raise ValueError(
+                f"{baseline}'s held-out reward does not rise on seed {r['seed']} (start {start:.3f}, final "
+                f"{start + gain:.3f}): no target to reach; train it longer or leave the seed out."
+            )
+        target[r["seed"]] = start + fraction * gain
+    return target
 
 
 def cost(value: float, spec: str) -> str:
