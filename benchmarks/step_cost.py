@@ -46,8 +46,9 @@ def main(args: StepCostArguments) -> None:
     for arm, steps in zip(args.arms, args.steps, strict=True):
         _, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]
         no_eval = ["--eval_strategy", "no", "--eval_on_start", "false", "--report_to", "none"]
-        no_eval += ["--cpu_threads", str(args.cpu_threads)]  # after the study's flags: the last one counts
-        jobs.append((arm, [*flags, *no_eval], lr, seed, steps, f"outputs/step_cost/{arm}.json"))  # its output_dir
+        threads = ["--cpu_threads", str(args.cpu_threads)]  # after the study's flags: the last one counts
+        path = f"outputs/step_cost/{arm}.json"  # train_job's output_dir: this path less .json
+        jobs.append((arm, [*flags, *no_eval, *threads], lr, seed, steps, path))
     times = run_all(jobs, len(jobs), worker=step_times)
     machine = host()
     command = " ".join(["python -m benchmarks.step_cost --arms", *args.arms, "--steps", *map(str, args.steps)])
