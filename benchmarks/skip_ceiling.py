@@ -32,6 +32,7 @@ import torch
 
 from benchmarks.runs import run_all, train_job
 from benchmarks.time_to_accuracy import TimeToAccuracyArguments, common_flags
+from trl_zerostd.predictors import Outcome
 from trl_zerostd.success_rate import SuccessRates, informative_prob
 
 SHARES = (0.3, 0.5)  # of the groups, scored highest
@@ -78,6 +79,13 @@ def informative(rewards: list[float]) -> bool:
     return max(rewards) - min(rewards) > 1e-6
 
 
+def tie_outcome(rewards: list[float]) -> Outcome:
+    """A group's ``Outcome`` under a binary reward (right = 1)."""
+    if informative(rewards):
+        return Outcome.INFORMATIVE
+    return Outcome.ALL_HIGH if min(rewards) > 0.5 else Outcome.ALL_LOW
+
+
 def batches(groups: list) -> list[list]:
     by_step = defaultdict(list)
     for group in groups:
@@ -117,7 +125,8 @@ def success_rates(groups: list) -> list[float]:
         slots = torch.tensor([slot[prompt] for _, prompt, _, _ in batch])
         scores += rates.informative_prob(slots).tolist()
         successes = torch.tensor([float(sum(r)) for *_, r in batch], dtype=torch.float64)
-        rates.record(slots, successes, torch.full((len(batch),), float(G), dtype=torch.float64))
+        outcomes = torch.tensor([int(tie_outcome(r)) for *_, r in batch])
+        rates.record(slots, outcomes, successes, torch.full((len(batch),), float(G), dtype=torch.float64))
     return scores
 
 

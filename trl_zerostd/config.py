@@ -151,7 +151,8 @@ class ZeroStdArguments:
             "'streak': p**k after k "
             "zero-variance groups of one kind in a row (GRESO). 'success_rate': a success rate per prompt over its "
             "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
-            "skip_prior_key group's rate (or every prompt's), gives the chance that its next group is informative; "
+            "skip_prior_key group's rate (or every prompt's), and for a prompt whose groups all tied on one side the "
+            "chance that it is stuck (ties forever), give the chance that its next group is informative; "
             "the prompt is drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
             "skip_min_draw_prob; skip_target_zero_std_frac is not used; the default."
         },

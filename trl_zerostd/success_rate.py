@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .predictors import MISMATCH_RATES, PRIOR_DECAY, PromptHistory, dense_ids
+from .predictors import MISMATCH_RATES, PRIOR_DECAY, Outcome, PromptHistory, dense_ids
 
 SUCCESS_DECAY = 0.5  # each new group of a prompt halves the weight of its earlier ones
 RATE_PRIOR_ROWS = 4.0  # the group's rate weighs as much as this many rows of the prompt's own
 GROUP_RATE_PRIOR_ROWS = 2.0  # a group's rate starts at 0.5 weighing this many rows (Laplace's rule)
 RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
+STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
 
 
 def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int | torch.Tensor) -> torch.Tensor:
@@ -32,21 +33,50 @@ def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size
     return (1 - all_successes - all_failures).clamp(min=0)
 
 
+def stuck_prob(
+    successes: torch.Tensor, failures: torch.Tensor, one_sided: torch.Tensor, split: torch.Tensor
+) -> torch.Tensor:
+    """``(k,)`` posterior probability that a prompt is stuck, i.e. ties on one side in every group, after its groups
+    gave ``one_sided`` rows (``(k,)``: + all successes, - all failures) and nothing else (``split`` ``(k,)`` bool
+    False; True: it split a group, or tied on both sides).
+
+    A mixture: stuck with probability ``STUCK_PRIOR``, else a success rate ``q ~ Beta(successes, failures)`` (the
+    prompt's prior, both > 0) under which ``R`` rows all fail with probability ``B(a, b + R) / B(a, b)`` (all succeed:
+    ``B(a + R, b) / B(a, b)``). A prompt that split is not stuck; a prompt never drawn is stuck with the prior's."""
+    a, b, rows = successes.double(), failures.double(), one_sided.double()
+    high, low = rows.clamp(min=0), (-rows).clamp(min=0)
+    log_beta = torch.lgamma(a) + torch.lgamma(b) - torch.lgamma(a + b)
+    log_high = torch.lgamma(a + high) + torch.lgamma(b) - torch.lgamma(a + b + high)
+    log_low = torch.lgamma(a) + torch.lgamma(b + low) - torch.lgamma(a + b + low)
+    variable = (1 - STUCK_PRIOR) * torch.exp(log_high + log_low - 2 * log_beta)  # one of high, low is 0
+    stuck = STUCK_PRIOR / (STUCK_PRIOR + variable)
+    return torch.where(split, 0.0, stuck)
+
+
 @dataclass
 class SuccessRates:
     """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
     of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
     value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``), from 0.5
     weighing ``GROUP_RATE_PRIOR_ROWS`` rows. A prompt's success rate is ``Beta``: its group's rate weighing
-    ``RATE_PRIOR_ROWS`` rows, plus its own counts; it is drawn with probability ``(P(informative) / P_best) **
-    DRAW_POWER``, ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. Unlike the
-    streak it tells 4 right of 8 from 7 of 8, and it needs no target share. 8 bytes a slot."""
+    ``RATE_PRIOR_ROWS`` rows, plus its own counts. It tells 4 right of 8 from 7 of 8.
+
+    Its own counts weigh at most ``2 G`` rows (they halve with each group), so they alone never outweigh the prior: a
+    prompt that ties in every group would keep being drawn at the rate of a prompt of its group that tied lately.
+    So each slot also counts the rows of its groups while they all tied on one side (``one_sided``), and the
+    prediction is a mixture (``stuck_prob``): stuck, tying forever, or drawing from its Beta. A prompt that tied
+    pass after pass falls to the floor within a few groups; one that split once is never stuck, and is drawn as
+    its success rate says (at least as often as without the mixture). The chance that its next group is informative
+    is ``(1 - P(stuck)) * P_beta(informative)``; it is drawn with probability ``(that / P_best) ** DRAW_POWER``,
+    ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. 13 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
     rows: torch.Tensor  # (num_slots,) float32
     groups: torch.Tensor  # (num_slots,) long
     group_counts: torch.Tensor  # (num_groups, 2) float64: decayed successes and valid rows
+    one_sided: torch.Tensor  # (num_slots,) float32: rows of its all-high groups (+), or of its all-low groups (-)
+    split: torch.Tensor  # (num_slots,) bool: it split a group, or tied on both sides (``one_sided`` then unused)
 
     @classmethod
     def new(cls, group_size: int, num_slots: int, group_values: list | None = None) -> SuccessRates:
@@ -56,17 +86,25 @@ class SuccessRates:
         else:
             groups, num_groups = dense_ids(group_values)
         counts = torch.zeros(num_slots, dtype=torch.float32)
-        return cls(group_size, counts, counts.clone(), groups, torch.zeros(num_groups, 2, dtype=torch.float64))
+        group_counts = torch.zeros(num_groups, 2, dtype=torch.float64)
+        split = torch.zeros(num_slots, dtype=torch.bool)
+        return cls(group_size, counts, counts.clone(), groups, group_counts, counts.clone(), split)
 
-    def record(self, slots: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
-        """One generation batch's groups, in draw order (a slot drawn twice counts twice); a group with no valid row
-        changes nothing."""
+    def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+        """One generation batch's groups, in draw order (a slot drawn twice counts twice): ``Outcome``, successes
+        and valid rows of each; a group with no valid row changes nothing."""
         self.group_counts *= PRIOR_DECAY
         counted = rows > 0
-        slots, successes, rows = slots[counted], successes[counted], rows[counted]
-        for slot, success, row_count in zip(slots.tolist(), successes.tolist(), rows.tolist(), strict=True):
+        slots, outcomes, successes, rows = slots[counted], outcomes[counted], successes[counted], rows[counted]
+        for slot, outcome, success, row_count in zip(
+            slots.tolist(), outcomes.tolist(), successes.tolist(), rows.tolist(), strict=True
+        ):
             self.successes[slot] = SUCCESS_DECAY * self.successes[slot] + success
             self.rows[slot] = SUCCESS_DECAY * self.rows[slot] + row_count
+            side = {Outcome.ALL_HIGH: 1.0, Outcome.ALL_LOW: -1.0}.get(Outcome(outcome), 0.0)
+            if side == 0.0 or float(self.one_sided[slot]) * side < 0:
+                self.split[slot] = True
+            self.one_sided[slot] += side * row_count
         self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
 
     def group_rates(self) -> torch.Tensor:
@@ -89,26 +127,39 @@ class SuccessRates:
         failures = (rows - successes).clamp(min=0)
         return prior + successes, RATE_PRIOR_ROWS - prior + failures
 
-    def informative_prob(self, slots: torch.Tensor, own: bool = True) -> torch.Tensor:
-        """``(k,)`` predicted probability that the next group of each slot's prompt is informative (``own=False``: of
-        a never-drawn prompt of the slot's group)."""
-        return informative_prob(*self.beta(slots, own), self.group_size)
+    def informative_prob(self, slots: torch.Tensor, own: bool | torch.Tensor = True) -> torch.Tensor:
+        """``(k,)`` predicted probability that the next group of each slot's prompt is informative (``own`` False,
+        or ``(k,)`` bool False where: of a never-drawn prompt of the slot's group): not stuck, and informative by its
+        success rate's ``Beta``."""
+        prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
+        own = torch.as_tensor(own)
+        one_sided, split = self.one_sided[slots] * own, self.split[slots] & own
+        not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, one_sided, split)
+        return not_stuck * informative_prob(*self.beta(slots, own), self.group_size)
 
     def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
         """``(k,)`` probability of drawing each slot's prompt."""
         rates = self.group_rates()
-        best = informative_prob(RATE_PRIOR_ROWS * rates, RATE_PRIOR_ROWS * (1 - rates), self.group_size).max()
+        fresh = informative_prob(RATE_PRIOR_ROWS * rates, RATE_PRIOR_ROWS * (1 - rates), self.group_size)
+        best = (1 - STUCK_PRIOR) * fresh.max()
         return ((self.informative_prob(slots) / best) ** DRAW_POWER).clamp(min_draw_prob, 1.0)
 
     def clear(self, slots: torch.Tensor) -> None:
-        self.successes[slots], self.rows[slots] = 0.0, 0.0
+        self.successes[slots], self.rows[slots], self.one_sided[slots], self.split[slots] = 0.0, 0.0, 0.0, False
 
     def state_dict(self) -> dict:
-        return {"successes": self.successes, "rows": self.rows, "group_counts": self.group_counts}
+        return {
+            "successes": self.successes,
+            "rows": self.rows,
+            "group_counts": self.group_counts,
+            "one_sided": self.one_sided,
+            "split": self.split,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.successes, self.rows = state["successes"].float(), state["rows"].float()
         self.group_counts = state["group_counts"].double()
+        self.one_sided, self.split = state["one_sided"].float(), state["split"].bool()
 
 
 @dataclass
@@ -125,7 +176,7 @@ class SuccessRatePredictor:
         self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor | None, rows: torch.Tensor | None
     ) -> None:
         assert successes is not None and rows is not None, "PromptSkipper.record refuses a rate predictor without them"
-        self.rates.record(slots, successes, rows)
+        self.rates.record(slots, outcomes, successes, rows)
 
     def clear(self, slots: torch.Tensor) -> None:
         self.rates.clear(slots)
