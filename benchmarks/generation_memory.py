@@ -1,6 +1,6 @@
 """Peak memory of HF ``generate`` calls: base TRL against this package, with and without dynamic sampling (CPU).
 
-    python -m benchmarks.generation_memory                      # 4 arms, 3 steps each: ~3 minutes on 2 cores
+    python -m benchmarks.generation_memory                      # 3 arms, 3 steps each: under 3 minutes on 2 cores
     python -m benchmarks.generation_memory --steps 2 --out /tmp/genmem
 
 A dynamic-sampling round can hold up to 2 generation batches of rows; the package decodes it in calls of at most
@@ -32,7 +32,6 @@ ARMS = {  # name: (trainer, ZeroStd config options)
     "trl": ("GRPOTrainer", None),
     "zerostd": ("ZeroStdGRPOTrainer", {}),
     "dynamic": ("ZeroStdGRPOTrainer", {"dynamic_sampling": True}),
-    "dynamic_screen2": ("ZeroStdGRPOTrainer", {"dynamic_sampling": True, "dynamic_sampling_screen": 2}),
 }
 MODEL = {"hidden_size": 512, "num_layers": 4, "num_heads": 8}  # KV cache of a 32-row, 68-token fp32 call: 34 MB
 MB = 2**20

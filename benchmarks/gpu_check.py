@@ -2,7 +2,7 @@
 and FSDP2, with the invariants CI cannot see on CPU asserted. Run it by hand on a CUDA machine with vLLM:
 
     make gpu-check                                   # every case, the table in docs/results/gpu_check/gpu_check.md
-    python -m benchmarks.gpu_check --only colocate-masking server-dynamic-screen --out /tmp/check.md
+    python -m benchmarks.gpu_check --only colocate-masking server-dynamic --out /tmp/check.md
 
 vLLM goes into the same environment (``.venv/bin/pip install vllm``, a version TRL 1.16 supports; it brings its CUDA
 torch). The server case puts ``trl vllm-serve`` on a second GPU when there is one; on one GPU NCCL's weight sync
@@ -75,10 +75,10 @@ class Case:
         return ("vllm",)
 
 
-DYNAMIC_SCREEN = {"dynamic_sampling": True, "dynamic_sampling_screen": 2}
+DYNAMIC = {"dynamic_sampling": True}
 CASES = (
     Case("colocate-masking", "vLLM colocate, masking", zero_grad=True),
-    Case("colocate-dynamic-screen", "vLLM colocate, dynamic sampling, screen 2", config=DYNAMIC_SCREEN),
+    Case("colocate-dynamic", "vLLM colocate, dynamic sampling", config=DYNAMIC),
     Case(
         "colocate-skipping",
         "vLLM colocate, prompt skipping (level prior)",
@@ -90,9 +90,7 @@ CASES = (
         config={"vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "sequence_mask"},
         zero_grad=True,
     ),
-    Case(
-        "server-dynamic-screen", "vLLM server, dynamic sampling, screen 2", generation="server", config=DYNAMIC_SCREEN
-    ),
+    Case("server-dynamic", "vLLM server, dynamic sampling", generation="server", config=DYNAMIC),
     Case(
         "colocate-sleep-dynamic",
         "vLLM colocate, sleep mode, dynamic sampling",

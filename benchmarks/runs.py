@@ -26,10 +26,7 @@ RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple:
     "frac_reward_zero_std": "frac_reward_zero_std",
     "informative_group_frac": "dynamic_sampling/informative_group_frac",
     "skipped_frac": "prompt_skip/skipped_frac",
-    "empty_slot_frac": "prompt_skip/empty_slot_frac",  # skip_refill=False: places of the batch never generated
-    "completions_per_prompt": ("budget/completions_per_prompt", "cgrpo/mean_k"),  # per-prompt budgets, the peer's
-    "full_group_frac": "budget/full_group_frac",
-    "budget_rounds": "budget/rounds",
+    "completions_per_prompt": "cgrpo/mean_k",  # the peer's (benchmarks/peer_cgrpo.py) conformal budgets
     # --task spread / chat_arith: of the groups that train
     "all_wrong_group_frac": ("spread/all_wrong_group_frac", "level/all_wrong_group_frac"),
     "all_right_group_frac": ("spread/all_right_group_frac", "level/all_right_group_frac"),

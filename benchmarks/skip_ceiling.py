@@ -6,11 +6,11 @@ reads later ones (a ceiling for any history of the prompt's own groups).
     python -m benchmarks.skip_ceiling                    # seeds 0-9, 2 runs at a time (about 3 minutes)
 
 Predictors: the prompt's band (its ``--prior_key`` group's informative rate over ~10 batches: ``skip_prior_key``'s
-prior); the band and the prompt's last outcome (never drawn / informative / all-wrong / all-right: the streak's
-information), and the band and the number right in its last group, each as the informative rate of its cell over
-~10 batches (a calibrated lookup table); the package's ``SuccessRates`` (``skip_predictor="success_rate"``) with the
-band as its groups; and "hindsight": the same Beta-binomial on the prompt's groups before and after (weight halving
-every 30 steps away), never the group itself. Prompts are keyed by their text.
+prior); the band and the prompt's last outcome (never drawn / informative / all-wrong / all-right: what the streak
+predictor, since removed, read), and the band and the number right in its last group, each as the informative rate
+of its cell over ~10 batches (a calibrated lookup table); the package's ``SuccessRates`` (prompt skipping's
+predictor) with the band as its groups; and "hindsight": the same Beta-binomial on the prompt's groups before and
+after (weight halving every 30 steps away), never the group itself. Prompts are keyed by their text.
 
 For each: the AUC (the chance that an informative group was scored above a zero-variance one), and the informative
 share of the 30% and 50% of groups it scores highest; a skip rule that generated only those would need TRL's
@@ -32,8 +32,7 @@ import torch
 
 from benchmarks.runs import run_all, train_job
 from benchmarks.time_to_accuracy import TimeToAccuracyArguments, common_flags
-from trl_zerostd.predictors import Outcome
-from trl_zerostd.success_rate import SuccessRates, informative_prob
+from trl_zerostd.success_rate import Outcome, SuccessRates, informative_prob
 
 SHARES = (0.3, 0.5)  # of the groups, scored highest
 CELL_DECAY = 0.9  # per batch, as the prior's
@@ -160,7 +159,7 @@ PREDICTORS = {
     "band + last number right": lambda groups: cell_rates(
         groups, lambda value, last: (value, None if last is None else round(sum(last)))
     ),
-    "success rate (skip_predictor)": success_rates,
+    "success rate (prompt skipping's)": success_rates,
     "hindsight (sees later groups)": hindsight,
 }
 

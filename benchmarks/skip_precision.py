@@ -1,17 +1,15 @@
-"""How well a prompt's skip history predicts its next group: the runs of a prompt-skipping arm of
-benchmarks/time_to_accuracy.py, re-run with every generated group tallied by its prompt's history when it was drawn
-against whether the group was informative. The streak predictor: never drawn; last group informative; last group
-all-low / all-high. The success-rate predictor (``skip_predictor="success_rate"``): the predicted probability that
-the group is informative, in bins of 0.2 (a calibrated predictor's bins hold about their own share).
+"""How well prompt skipping's predictor foresees a prompt's next group: the runs of a prompt-skipping arm of
+benchmarks/time_to_accuracy.py, re-run with every generated group tallied by the predicted probability that it is
+informative when its prompt was drawn (the success-rate predictor's, in bins of 0.2: a calibrated predictor's bins
+hold about their own share) against whether it was.
 
-    python -m benchmarks.skip_precision                              # skip-prior, seeds 3 and 6, 2 runs at a time
-    python -m benchmarks.skip_precision --arm skip-rate-prior-f02 \
-        --table docs/results/skip_precision/skip_precision_rate.md
+    python -m benchmarks.skip_precision                  # skip-rate-prior-f02, seeds 3 and 6, 2 runs at a time
 
-Prompt skipping draws a prompt whose last group was informative (or that was never drawn) always, and skips one
-whose last groups were zero-variance; it can only save tokens as far as that history tells the two apart. Each run
-is the benchmark's run (same flags, evaluation included): when the benchmark's cached record of it is in --runs_dir,
-the generated tokens of both are compared and the table says whether they agree. Writes --table (Markdown).
+Prompt skipping draws a prompt by its predicted chance of an informative group; it can only save tokens as far as
+that prediction tells the two apart. Each run is the benchmark's run (same flags, evaluation included): when the
+benchmark's cached record of it is in --runs_dir, the generated tokens of both are compared and the table says whether
+they agree. Writes --table (Markdown). (A tally of the streak predictor's histories, a predictor since removed, is
+``docs/results/skip_precision/skip_precision.md``: ``git checkout aadc222`` to rerun it.)
 """
 
 from __future__ import annotations
@@ -25,39 +23,33 @@ import torch
 
 from benchmarks.runs import run_all, timing_generation, train_job
 from benchmarks.time_to_accuracy import ARMS, TimeToAccuracyArguments, arm_flags, common_flags
+from trl_zerostd.success_rate import Outcome
 
-STATES = ("never drawn", "informative", "all-low", "all-high")  # a prompt's history when drawn
-BINS = ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1")  # the success-rate predictor's P(informative) when drawn
+BINS = ("0-0.2", "0.2-0.4", "0.4-0.6", "0.6-0.8", "0.8-1")  # the predicted P(informative) when drawn
 
 
 def tallying(trainer_cls):
-    """``trainer_cls`` that counts, per half of the run, ``(history state or predicted bin at draw, next group
-    informative)`` of every whole group recorded in the skip history, in ``trainer.precision_tally`` (a prompt drawn
-    twice in one batch, which happens only across the end of a pass, counts its later outcome twice)."""
+    """``trainer_cls`` that counts, per half of the run, ``(predicted bin at draw, next group informative)`` of every
+    group recorded by the skipper, in ``trainer.precision_tally`` (a prompt drawn twice in one batch, which happens
+    only across the end of a pass, counts its later outcome twice)."""
 
     class PrecisionTallied(trainer_cls):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.precision_tally = Counter()
             skipper = self.zero_std.skipper
-            record_batch = skipper.record_batch
+            record = skipper.record
 
-            def tallied(parts, *args, **kwargs):
-                keys = list(parts[0].keys)  # the whole groups (tied screens, if any, come after)
-                rates = getattr(skipper.predictor, "rates", None)
-                if rates is not None:
-                    predicted = rates.informative_prob(torch.tensor(keys, dtype=torch.long))
-                    states = [BINS[min(int(p * len(BINS)), len(BINS) - 1)] for p in predicted.tolist()]
-                else:
-                    kinds, streaks = skipper.history.kind[keys].tolist(), skipper.history.streak[keys].tolist()
-                    states = [STATES[0] if streak == 0 else STATES[1 + kind] for kind, streak in zip(kinds, streaks)]
-                metrics = record_batch(parts, *args, **kwargs)
+            def tallied(keys, outcomes, *args, **kwargs):
+                predicted = skipper.rates.informative_prob(skipper._slots(torch.tensor(keys, dtype=torch.long)))
+                bins = [BINS[min(int(p * len(BINS)), len(BINS) - 1)] for p in predicted.tolist()]
+                last = dict(zip(keys, outcomes.tolist()))  # a prompt's later outcome in the batch, as the history had
                 half = "first half" if self.state.global_step < self.args.max_steps // 2 else "second half"
-                for state, outcome in zip(states, skipper.history.kind[keys].tolist()):
-                    self.precision_tally[(half, state, outcome == 0)] += 1
-                return metrics
+                for key, state in zip(keys, bins):
+                    self.precision_tally[(half, state, last[key] == Outcome.INFORMATIVE)] += 1
+                return record(keys, outcomes, *args, **kwargs)
 
-            skipper.record_batch = tallied
+            skipper.record = tallied
 
     PrecisionTallied.__name__ = trainer_cls.__name__
     return PrecisionTallied
@@ -72,24 +64,22 @@ def tally_run(job: tuple) -> dict:
 
 @dataclass
 class SkipPrecisionArguments:
-    arm: str = field(default="skip-prior", metadata={"help": "A prompt-skipping arm of time_to_accuracy.py."})
+    arm: str = field(default="skip-rate-prior-f02", metadata={"help": "A prompt-skipping arm of time_to_accuracy.py."})
     seeds: list[int] = field(default_factory=lambda: [3, 6])
     runs_dir: str = field(
         default="outputs/time_to_accuracy", metadata={"help": "The benchmark's cached runs, to compare with."}
     )
     jobs: int = field(default=2)
-    table: str = field(default="docs/results/skip_precision/skip_precision.md")
+    table: str = field(default="docs/results/skip_precision/skip_precision_rate.md")
 
 
 def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
-    states = BINS if "success_rate" in ARMS[args.arm].flags else STATES
-    what = "predicted probability of an informative group" if states == BINS else "skip history"
     lines = [
-        f"`{args.arm}`: each generated group by its prompt's {what} when drawn; the share of them that were "
-        "informative (groups).",
+        f"`{args.arm}`: each generated group by its prompt's predicted probability of an informative group when "
+        "drawn; the share of them that were informative (groups).",
         "",
-        "| seed | half | " + " | ".join(states) + " | all | same run as the benchmark's |",
-        "|---" * (len(states) + 4) + "|",
+        "| seed | half | " + " | ".join(BINS) + " | all | same run as the benchmark's |",
+        "|---" * (len(BINS) + 4) + "|",
     ]
     for result in results:
         counts = Counter({(half, state, informative): n for half, state, informative, n in result["tally"]})
@@ -99,7 +89,7 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
             same = "yes" if json.loads(cached.read_text())["num_tokens"][-1] == result["tokens"] else "NO"
         for half in ("first half", "second half"):
             cells = []
-            for state in (*states, None):
+            for state in (*BINS, None):
                 hits = sum(
                     n for (h, s, informative), n in counts.items() if h == half and state in (s, None) and informative
                 )
@@ -112,11 +102,8 @@ def summarise(results: list[dict], args: SkipPrecisionArguments) -> str:
 def main(args: SkipPrecisionArguments) -> None:
     defaults = TimeToAccuracyArguments()
     flags = arm_flags(args.arm, defaults) if args.arm in ARMS else []
-    if "--skip_zero_std_prompts" not in flags or "--dynamic_sampling_screen" in flags:
-        raise ValueError(
-            f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py without screens (the tally "
-            "counts whole groups; a tied screen would be left out)."
-        )
+    if "--skip_zero_std_prompts" not in flags:
+        raise ValueError(f"--arm {args.arm!r} is not a prompt-skipping arm of time_to_accuracy.py.")
     flags = [*flags, *common_flags(defaults)]
     jobs = [
         (args.arm, flags, defaults.learning_rate, seed, defaults.max_steps, f"/tmp/skip_precision/{args.arm}-{seed}")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import time_to_accuracy
-from benchmarks.budgets_side_by_side import study_args
 from benchmarks.runs import host, optimizer_steps, run_all, train_job
+from benchmarks.time_to_accuracy_real import RealTimeToAccuracyArguments
 
 
 @dataclass
@@ -41,7 +41,7 @@ def main(args: StepCostArguments) -> None:
         raise ValueError(f"--steps needs one count of at least 1 per arm: arms {args.arms}, counts {args.steps}.")
     if len(set(args.arms)) != len(args.arms):
         raise ValueError(f"--arms names an arm twice: {args.arms}.")
-    base = replace(study_args("real"), seeds=[0])
+    base = replace(RealTimeToAccuracyArguments(), seeds=[0])
     jobs = []
     for arm, steps in zip(args.arms, args.steps, strict=True):
         _, flags, lr, seed, _, _ = time_to_accuracy.jobs(replace(base, arms=[arm]))[0]

@@ -56,24 +56,15 @@ class Arm:
             steps=steps or self.steps, lr_scale=lr_scale or self.lr_scale,
         )  # fmt: skip
 
-    def with_predictor(self, name: str, predictor: str) -> Arm:
-        """The arm named ``name`` with ``--skip_predictor`` set to ``predictor`` instead of its own."""
-        at = self.flags.index("--skip_predictor") + 1
-        return replace(self, name=name, flags=(*self.flags[:at], predictor, *self.flags[at + 1 :]))
 
-
-SKIP = ("--skip_zero_std_prompts", "true", "--skip_predictor", "streak")  # GRESO's streak, the "-rate" arms' baseline
+SKIP = ("--skip_zero_std_prompts", "true")  # prompt skipping; its predictor is each prompt's success rate ("-rate")
 DYNAMIC = ("--dynamic_sampling", "true")
-BAND = ("--skip_history_key", DIFFICULTY)  # one skip history per difficulty band (the task's difficulty column)
 PRIOR = ("--skip_prior_key", DIFFICULTY)  # a prior by difficulty band for prompts never drawn
 HALF_BATCH = ("--per_device_train_batch_size", "64")  # 8 groups a step instead of 16
-ZERO_TARGET = ("--skip_target_zero_std_frac", "0")  # skip as much as the floor allows
 LOW_FLOOR = ("--skip_min_draw_prob", "0.02")  # a prompt predicted zero-variance is drawn 1 time in 50, not 1 in 20
 KEEP_FAILED = ("--zero_std_kl", "keep_failed")
 REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
-EMPTY = ("--skip_refill", "false")  # a skipped prompt's place stays an empty slot
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
-SCREENED = ("dynamic-8g", "dynamic+skip-8g", "dynamic+skip-6g", "dynamic+skip-t0-8g", "dynamic+skip-prior-8g")
 ARMS: dict[str, Arm] = {}
 
 
@@ -81,25 +72,11 @@ def add(*arms: Arm) -> None:
     ARMS.update({arm.name: arm for arm in arms})
 
 
-add(
-    Arm("trl", trl=True), Arm("masking"), Arm("keep_failed", KEEP_FAILED), Arm("dynamic", DYNAMIC), Arm("skip", SKIP),
-    Arm("dynamic+skip", (*DYNAMIC, *SKIP)), Arm("skip-band", (*SKIP, *BAND)),
-    Arm("dynamic+skip-band", (*DYNAMIC, *SKIP, *BAND)),
-)  # fmt: skip
-add(*(ARMS[arm].variant("-prior", *PRIOR) for arm in ("skip", "dynamic+skip")))
+add(Arm("trl", trl=True), Arm("masking"), Arm("keep_failed", KEEP_FAILED), Arm("dynamic", DYNAMIC))
 add(*(arm.variant("-8g", *HALF_BATCH) for arm in list(ARMS.values())))
-add(*(ARMS[arm].variant("-t0", *ZERO_TARGET) for arm in ("skip", "dynamic+skip", "skip-prior")))
-add(ARMS["skip-prior-t0"].variant("-f02", *LOW_FLOOR))
-# The predictor: a success rate per prompt ("-rate"), not the streak
-add(ARMS["skip"].with_predictor("skip-rate", "success_rate"))
-add(ARMS["skip-prior"].with_predictor("skip-rate-prior", "success_rate"))
+# Prompt skipping, by each prompt's success rate (named "-rate" from when a streak predictor was the other choice)
+add(Arm("skip-rate", SKIP), Arm("skip-rate-prior", (*SKIP, *PRIOR)))
 add(ARMS["skip-rate-prior"].variant("-f02", *LOW_FLOOR))
-add(ARMS["dynamic+skip-t0"].variant("-8g", *HALF_BATCH))
-add(ARMS["dynamic+skip"].variant("-6g", "--per_device_train_batch_size", "48"))  # 6 groups a step
-for screen in (2, 4):  # dynamic_sampling_screen: that many completions of each prompt first, the rest if they differ
-    SCREEN = ("--dynamic_sampling_screen", str(screen))
-    add(*(ARMS[arm].variant(f"-screen{screen}", *SCREEN) for arm in SCREENED))
-    add(ARMS["dynamic"].variant(f"-screen{screen}", *SCREEN))  # the task's batch
 # Each generation batch trains two optimizer steps, the second with PPO's clipped ratio to the policy that generated
 # it. "-mu2" keeps the 300 optimizer steps and their learning-rate schedule (what a TRL user gets by setting it: half
 # the generation batches); "-mu2-x2" runs twice the steps, so that it generates as many batches as the others. Every
@@ -115,13 +92,6 @@ for arm in ("trl", "skip-rate-prior-f02", "keep_failed"):
     for variant in (arm, f"{arm}-mu2", f"{arm}-mu2-x2"):
         add(*(ARMS[variant].variant(suffix, setting=True, lr_scale=scale) for suffix, scale in LR_SCALES.items()))
 add(ARMS["skip-rate-prior"].variant("-lr2", setting=True, lr_scale=2.0))
-# An empty slot instead of the next prompt drawn: a step costs fewer tokens; "-x2": twice the steps, about TRL's tokens
-for arm in ("skip-rate-prior", "skip-rate-prior-f02"):
-    add(empty := ARMS[arm].variant("-empty", *EMPTY), ARMS[arm].variant("-empty-kf", *EMPTY, *KEEP_FAILED))
-    add(empty.variant("-x2", setting=True, steps=2.0))
-# One group a step (8 completions): an optimizer step moves the policy about as far whatever its batch (Adam), so at
-# fixed tokens more, smaller steps on informative groups may learn more; "-screen2" tells a tie from 2 completions
-add(ARMS["dynamic"].variant("-1g-screen2", "--per_device_train_batch_size", "8", "--dynamic_sampling_screen", "2"))
 
 
 def arm_flags(arm: str, args) -> list[str]:
@@ -144,31 +114,13 @@ def groups_per_step(arm: str, args) -> int:
     return batch // flag_value(flags, "--num_generations", args.num_generations)
 
 
-# Per-prompt budgets: 2 completions of each prompt first, an informative one completed to G, a tie stopped unless
-# likely to break ("-c1": every tie stops at 2; "-c03": goes on while P(break) >= 0.3; "-yield": completed to G when
-# P(break) per completion beats earlier batches' informative groups per completion); "-prior": the success-rate
-# predictor's level prior decides (its histories, without skipping)
-BUDGETS = ("--per_prompt_budgets", "true")
-LEVEL_PRIOR = ("--skip_prior_key", DIFFICULTY)  # budgets read the success rates; nothing is skipped
-add(Arm("budgets", BUDGETS), Arm("budgets-prior", (*BUDGETS, *LEVEL_PRIOR)))
-for arm in ("budgets", "budgets-prior"):
-    add(
-        ARMS[arm].variant("-c1", "--budget_continue_prob", "1.0"),
-        ARMS[arm].variant("-c03", "--budget_continue_prob", "0.3"),
-        ARMS[arm].variant("-yield", "--budget_stop_rule", "yield"),
-    )
-add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in list(ARMS) if arm.startswith("budgets")))
-add(ARMS["skip-rate-prior"].variant("-budgets", *BUDGETS))
-
-
 def groups_of(width: int) -> tuple[str, ...]:
     """Flags for groups of ``width`` completions with as many prompts a step as the study's."""
     return ("--num_generations", str(width), "--per_device_train_batch_size", f"{PROMPTS_TIMES}{width}>")
 
 
-# Groups of 4 ("-g4") or 2 ("-g2"), as many prompts a step as the study's (half or a quarter of its completions at
-# G=8); a budgets arm's groups then stop at 4
-for arm in ("trl", "keep_failed", "budgets-prior-yield-kf"):
+# Groups of 4 ("-g4") or 2 ("-g2"), as many prompts a step as the study's (half or a quarter of its completions at G=8)
+for arm in ("trl", "keep_failed"):
     add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
 add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # Base TRL made again, two runs at a time as the later arms ran, evaluated at steps 5 and 15 too: what the cached TRL

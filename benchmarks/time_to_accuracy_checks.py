@@ -8,18 +8,14 @@ import statistics
 
 from benchmarks.time_to_accuracy_arms import ARMS, groups_per_step
 from benchmarks.time_to_accuracy_metrics import (
-    completions_knowing_ties,
     cost,
     crossing,
     first_reaching,
     median,
     ratios_to_trl,
     targets,
-    ties_cut_to_first_round,
     trained_only,
 )
-
-FIRST_ROUND = 2  # completions: per-prompt budgets' smallest and default budget_step
 
 
 def task_check(trl_runs: list[dict], hard: str) -> list[str]:
@@ -99,11 +95,7 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
     groups' tokens and generation time (``trained_only``) gives that predictor's cost to target over TRL's
     (interpolated crossings). It differs from ``foresight_bound`` where a batch of only informative groups teaches
     more, or less, per group than TRL's mixed batch."""
-    arms = [
-        arm
-        for arm, runs in per_arm.items()
-        if runs and runs[0]["generated_groups"][0] is not None and "--dynamic_sampling_screen" not in ARMS[arm].flags
-    ]  # a screen counts as a generated group, so the share that trained would not be a share of tokens
+    arms = [arm for arm, runs in per_arm.items() if runs and runs[0]["generated_groups"][0] is not None]
     if not arms:
         return []
     base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
@@ -118,65 +110,6 @@ def perfect_predictor(per_arm: dict[str, list[dict]], target: dict[int, float], 
     for arm in arms:
         runs = [trained_only(r, groups_per_step(arm, args)) for r in per_arm[arm]]
         lines.append(interpolated_row(f"{arm} (trained groups only)", runs, base, target, args.seeds))
-    return lines
-
-
-def budget_floor(per_arm: dict[str, list[dict]], target: dict[int, float], args) -> list[str]:
-    """Where the report has a per-prompt budgets arm of this package, what such a rule could save at best: runs
-    re-costed as if every group that tied had cost only the first round and every other the whole group
-    (``ties_cut_to_first_round``), their tokens to TRL's target over TRL's (interpolated), for base TRL,
-    ``keep_failed`` and each budgets arm; and each budgets arm's completions a prompt against that floor. The peer is
-    left out: it stops groups that are not tied, and its calibration is not a step's completions."""
-    budgeted = [arm for arm, runs in per_arm.items() if runs and "--per_prompt_budgets" in ARMS[arm].flags]
-    first_round = {arm: ARMS[arm].value("--budget_step", FIRST_ROUND) for arm in ("trl", "keep_failed", *budgeted)}
-    if not budgeted or not per_arm.get("trl"):
-        return []
-    group = {arm: ARMS[arm].value("--num_generations", args.num_generations) for arm in first_round}
-    base = {r["seed"]: crossing(r, target[r["seed"]]) for r in per_arm["trl"]}
-    lines = [
-        "",
-        "What a budget rule could save at best: runs re-costed as if every group that tied had cost only the rule's "
-        "first round and every other the whole group, assuming that learning stays as run (a tied group's other rows "
-        "still train TRL's KL term, keep_failed's too, and count in the loss normaliser); tokens to TRL's target "
-        "over TRL's, interpolated, as run -> re-costed (-: not reached). A budgets arm re-costed has its own rule's "
-        "ties known, ties it stopped that more completions might have broken included (?: the run did not log its "
-        "completions a prompt). The peer is left out: it stops groups that are not tied, and its calibration is no "
-        "step's completions.",
-        "",
-        "| arm | tokens / TRL, as run (median) | re-costed (median) | "
-        + " | ".join(f"seed {s}" for s in args.seeds) + " |",
-        "|---" * (len(args.seeds) + 3) + "|",
-    ]  # fmt: skip
-    for arm in ("trl", "keep_failed", *budgeted):
-        runs = {r["seed"]: r for r in per_arm.get(arm, []) if base.get(r["seed"])}
-        if not runs:
-            continue
-        as_run = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in runs.items()}
-        known = {s: r for s, r in runs.items() if arm not in budgeted or r.get("completions_per_prompt")}
-        recosted = {s: ties_cut_to_first_round(r, first_round[arm], group[arm]) for s, r in known.items()}
-        cut = {s: ratios_to_trl(crossing(r, target[s]), base[s])[0] for s, r in recosted.items()}
-        cells = [f"{cost(as_run[s], '.2f')} -> {cost(cut[s], '.2f') if s in cut else '?'}".replace("never", "-")
-                 if s in runs else "" for s in args.seeds]  # fmt: skip
-        cut_median = cost(median(list(cut.values())), ".2f") if cut else "?"
-        lines.append(f"| {arm} | {cost(median(list(as_run.values())), '.2f')} | {cut_median} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
-    lines += [
-        "",
-        "Each budgets arm's completions a prompt against that floor (means over the seeds' steps that logged both):",
-        "",
-        "| arm | completions a prompt | groups that ended tied | floor: first round for a tie, the group otherwise "
-        "| spend / floor |",
-        "|---|---|---|---|---|",
-    ]
-    for arm in budgeted:
-        logged = [zip(r.get("completions_per_prompt") or (), r["frac_reward_zero_std"]) for r in per_arm[arm]]
-        steps = [step for run in logged for step in run if None not in step]
-        if not steps:
-            lines.append(f"| {arm} | not logged | | | |")
-            continue
-        spent, tied = (statistics.fmean(step[i] for step in steps) for i in range(2))
-        floor = completions_knowing_ties(tied, first_round[arm], group[arm])
-        lines.append(f"| {arm} | {spent:.2f} | {tied:.2f} | {floor:.2f} | {spent / floor:.2f} |")
     return lines
 
 
@@ -229,20 +162,13 @@ def wall_against_rerun(
 
 def speed_gauge(per_arm: dict[str, list[dict]]) -> list[str]:
     """Seconds to generate one full batch (the median over a run's generation rounds), per run of each arm that
-    generates the study's batch every round (no dynamic sampling, no empty slots, no per-prompt budgets, no batch or
-    group size of its own): the same work in every run, so it shows how fast the machine, and what ran beside, let
-    each run go."""
+    generates the study's batch every round (no dynamic sampling, not the peer's budgets, no batch or group size of
+    its own): the same work in every run, so it shows how fast the machine, and what ran beside, let each run go."""
     rows = []
     for arm, runs in per_arm.items():
-        budgeted = {"--per_prompt_budgets", "--budget_grid"} & set(ARMS[arm].flags)  # rounds that vary a step
+        budgeted = "--budget_grid" in ARMS[arm].flags  # the peer: rounds that vary a step
         resized = {"--per_device_train_batch_size", "--num_generations"} & set(ARMS[arm].flags)  # other work a round
-        if (
-            not runs
-            or budgeted
-            or resized
-            or runs[0]["generated_groups"][0] is not None
-            or any(runs[0].get("empty_slot_frac") or ())
-        ):
+        if not runs or budgeted or resized or runs[0]["generated_groups"][0] is not None:
             continue
         rounds = {r["seed"]: median([s for s in r["generation_s"] if s > 0]) for r in runs}
         rows.append(f"| {arm} | " + ", ".join(f"{s}: {t:.1f}" for s, t in sorted(rounds.items())) + " |")

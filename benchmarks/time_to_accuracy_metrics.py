@@ -48,6 +48,22 @@ def crossing(record: dict, target: float) -> tuple[float, float] | None:
     return None
 
 
+def accuracy_at_tokens(record: dict, tokens: float) -> float:
+    """Held-out reward after ``tokens`` generated tokens, interpolated linearly in tokens between the evaluations
+    around it; a run that ends before ``tokens`` is credited with its last evaluation."""
+    points = [(point[2], point[1]) for point in eval_points(record)]
+    for (before_tokens, before), (after_tokens, after) in zip(points, points[1:]):
+        if after_tokens >= tokens:
+            share = (tokens - before_tokens) / (after_tokens - before_tokens) if after_tokens > before_tokens else 1.0
+            return before + max(share, 0.0) * (after - before)
+    return points[-1][1]
+
+
+def run_tokens(record: dict) -> float:
+    """Generated tokens of the whole run."""
+    return generated_tokens(record)[-1]
+
+
 def ratios_to_trl(ours: tuple | None, theirs: tuple) -> tuple[float, float]:
     """Tokens and wall time to target over TRL's, from two ``reached`` results; inf where ours never reaches it."""
     return (ours[0] / theirs[0], ours[1] / theirs[1]) if ours else (math.inf, math.inf)
@@ -90,26 +106,6 @@ def scaled_cumulative(cumulative: list[float], kept: list[float]) -> list[float]
         scaled.append((scaled[-1] if scaled else 0.0) + (total - before) * factor)
         before = total
     return scaled
-
-
-def completions_knowing_ties(tied: float, first_round: int, group: int) -> float:
-    """Completions a prompt, on average, of a rule that knew after ``first_round`` completions whether the prompt's
-    ``group`` would tie: the first round for the ``tied`` share of groups, the whole group for the others."""
-    return first_round * tied + group * (1 - tied)
-
-
-def ties_cut_to_first_round(record: dict, first_round: int, group: int) -> dict:
-    """``record`` re-costed as if, after each prompt's first ``first_round`` completions, it had been known whether
-    the prompt's ``group`` would tie: each step's tied groups (``frac_reward_zero_std``) cost ``first_round``
-    completions, the others all ``group`` (``completions_knowing_ties``), against what the step spent (its
-    ``completions_per_prompt``; the whole group where the run did not log it). A step that logged no tie share is left
-    as run. Only tokens are re-costed (wall time is as run), and a step's completions are taken
-    to cost alike."""
-    tokens = generated_tokens(record)
-    spent = record.get("completions_per_prompt") or [group] * len(tokens)
-    kept = [1.0 if tied is None else completions_knowing_ties(tied, first_round, group) / (completions or group)
-            for tied, completions in zip(record["frac_reward_zero_std"], spent, strict=True)]  # fmt: skip
-    return {**record, "generated_tokens": scaled_cumulative(tokens, kept)}
 
 
 def trained_only(record: dict, groups: int) -> dict:

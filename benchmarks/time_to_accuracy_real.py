@@ -31,14 +31,10 @@ ARMS_REAL = [
 # What --report_only shows, in this order: the study's arms and those run on some seeds to test an idea
 # (docs/studies/real_model.md says which); run one with --arms
 REPORT_ARMS_REAL = [
-    "trl", "trl-lr2", "masking", "keep_failed", "skip-rate-prior", "skip-prior",
-    "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05", "keep_failed-mu2-x2-lr05", "skip-rate-prior-f02-mu2-x2",
-    "trl-mu2-x2", "skip-rate-prior-empty", "skip-rate-prior-empty-x2", "dynamic", "dynamic-1g-screen2",
+    "trl", "trl-lr2", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02-mu2-x2-lr05",
+    "trl-mu2-x2-lr05", "keep_failed-mu2-x2-lr05", "skip-rate-prior-f02-mu2-x2", "trl-mu2-x2", "dynamic",
 ]  # fmt: skip
-PLOT_ARMS = [
-    "trl", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02-mu2-x2-lr05",
-    "trl-mu2-x2-lr05", "skip-rate-prior-empty-x2",
-]  # fmt: skip
+PLOT_ARMS = ["trl", "masking", "keep_failed", "skip-rate-prior", "skip-rate-prior-f02-mu2-x2-lr05", "trl-mu2-x2-lr05"]
 
 
 @dataclass

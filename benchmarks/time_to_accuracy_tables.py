@@ -9,7 +9,6 @@ import statistics
 
 from benchmarks.time_to_accuracy_arms import groups_per_step
 from benchmarks.time_to_accuracy_checks import (
-    budget_floor,
     foresight_bound,
     interpolated_row,
     perfect_predictor,
@@ -40,7 +39,6 @@ def summarise(records: list[dict], args) -> str:
     lines += ["", *task_check(per_arm["trl"], args.hard_level), ""]
     lines += foresight_bound(per_arm["trl"], target, args.seeds)
     lines += perfect_predictor(per_arm, target, args)
-    lines += budget_floor(per_arm, target, args)
     lines += same_setting(per_arm, args)
     lines += wall_against_rerun(per_arm, target)
     lines += speed_gauge(per_arm)
@@ -128,9 +126,8 @@ def per_step_table(per_arm: dict[str, list[dict]], args) -> list[str]:
     """Per arm: groups trained and informative a step, tokens a step, held-out gain and gain per generated token."""
     lines = [
         "",
-        "Learning against the informative groups a step trains (mean over seeds; groups trained: the batch's less its "
-        "empty slots; informative: those less TRL's frac_reward_zero_std of the batch, in which an empty slot does "
-        "not count):",
+        "Learning against the informative groups a step trains (mean over seeds; informative: the groups trained less "
+        "TRL's frac_reward_zero_std of the batch):",
         "",
         "| arm | groups trained a step | informative groups a step | generated tokens a step | held-out gain | gain "
         "per M generated tokens |",
@@ -138,15 +135,11 @@ def per_step_table(per_arm: dict[str, list[dict]], args) -> list[str]:
     ]
     for arm, runs in per_arm.items():
         groups = groups_per_step(arm, args)
-        empty = statistics.fmean(statistics.fmean(x or 0.0 for x in r.get("empty_slot_frac") or [0.0]) for r in runs)
-        informative = statistics.fmean(
-            groups * (1 - empty - statistics.fmean(r["frac_reward_zero_std"])) for r in runs
-        )
+        informative = statistics.fmean(groups * (1 - statistics.fmean(r["frac_reward_zero_std"])) for r in runs)
         tokens = statistics.fmean(generated_tokens(r)[-1] / len(generated_tokens(r)) for r in runs)
         gain = statistics.fmean(final_reward(r) - r["eval"][0][1] for r in runs)
-        trained = f"{groups * (1 - empty):.1f}" if empty else f"{groups}"
         lines.append(
-            f"| {arm} | {trained} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
+            f"| {arm} | {groups} | {informative:.1f} | {tokens:.0f} | {gain:+.3f} | "
             f"{gain / statistics.fmean(r['num_tokens'][-1] for r in runs) * 1e6:.3f} |"
         )
     return lines

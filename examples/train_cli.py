@@ -15,6 +15,7 @@ import gc
 import importlib
 import json
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 from examples import addition_task, chat_arith_task, spread_task
 from examples.held_out_eval import SampledEvaluation
 from examples.tiny_model import build_model, build_tokenizer
-from trl_zerostd.config import ZERO_STD_FIELDS
+from trl_zerostd.config import ZERO_STD_FIELDS, refuse_removed_flags
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 # panel title -> the logged keys it shows, first found (TRL's base trainer logs no zero_std/ metric)
@@ -192,6 +193,7 @@ def run(trainer_cls, config_cls, argv: list[str] | None = None, **defaults):
 
     ``defaults`` override ``TINY_DEFAULTS`` for one script, e.g. ``output_dir="outputs/grpo-tiny"``.
     """
+    refuse_removed_flags(sys.argv[1:] if argv is None else argv)
     script_args, training_args, model_args = make_parser(config_cls, **defaults).parse_args_and_config(argv)
     threads = script_args.cpu_threads or (1 if model_args.model_name_or_path is None else None)
     with torch_threads(threads if training_args.device.type == "cpu" else None):

@@ -9,4 +9,4 @@ from .grpo import ZeroStdGRPOTrainer  # noqa: E402
 from .rloo import ZeroStdRLOOTrainer  # noqa: E402
 
 __all__ = ["ZeroStdArguments", "ZeroStdGRPOConfig", "ZeroStdGRPOTrainer", "ZeroStdRLOOConfig", "ZeroStdRLOOTrainer"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -85,7 +85,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
         self._check_groups_share_prompt(inputs)
         self._generation_batch = batch = GenerationBatch(inputs=inputs)
         try:
-            if self.zero_std.refiller is not None:  # dynamic sampling, prompt skipping, budgets
+            if self.zero_std.refiller is not None:  # dynamic sampling, prompt skipping
                 self._refill(self.zero_std.refiller, batch)
             return self._apply_plan(batch, super()._generate_and_score_completions(batch.inputs))
         finally:
@@ -95,11 +95,11 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
         generation = batch.generation
         assert generation is not None, "the plan is decided on the batch's generation, once it is scored"
         task_rewards = self._task_rewards(generation.rewards_per_func)
-        batch.plan = self._state.decide_plan(task_rewards, generation.rewards_per_func, generation.truncated,
-                                             rejected, self._group_size, generation.empty)  # fmt: skip
-        if self._state.settings.skip_masked_rows:
-            needed = self._scoring_needed(batch.plan).view(self.accelerator.num_processes, -1)
-            batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
+        batch.plan = self._state.decide_plan(
+            task_rewards, generation.rewards_per_func, generation.truncated, rejected, self._group_size
+        )
+        needed = batch.plan.forwarded.view(self.accelerator.num_processes, -1)  # what the loss reads
+        batch.scoring_rows = core.forward_rows(needed, self.accelerator.process_index)
 
     def _apply_plan(self, batch: GenerationBatch, output: dict) -> dict:
         """The plan applied to this rank's slice of TRL's output: advantages, loss masks, row roles, metrics."""
@@ -119,9 +119,9 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             output["tool_mask"] = output["tool_mask"] * forwarded
         output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
         row_tokens = gather(loss_mask.sum(dim=1))
-        counted = plan.forwarded if self._state.settings.zero_std_normalization == "exclude" else plan.generated
-        if not counted.all() and "num_items_in_batch" in output:
-            output["num_items_in_batch"] = (row_tokens * counted).sum().to(output["num_items_in_batch"])
+        exclude = self._state.settings.zero_std_normalization == "exclude"
+        if exclude and not plan.forwarded.all() and "num_items_in_batch" in output:
+            output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])
         self._finish_output(output, role)
         _trl.replace_logged_advantages(self, advantages)
         metrics = core.plan_metrics(plan, row_tokens, self._state.settings.zero_std_kl)
@@ -163,7 +163,7 @@ class ZeroStdAdapter(GenerationSide, TrainerHooks):
             inputs = select_rows(inputs, kept, len(role))
         fill = inputs.get("old_per_token_logps")
         fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
-        call = LossCall(rows=rows, fill_logps=fill, forward_all=not settings.skip_masked_rows)
+        call = LossCall(rows=rows, fill_logps=fill)
         inputs = self._loss_inputs(inputs, call, base_loss_mask[kept])
         self._loss_call = call
         try:

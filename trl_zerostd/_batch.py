@@ -21,13 +21,11 @@ class Phase(Enum):
 @dataclass(frozen=True)
 class Generation:
     """What was generated for a batch's rows and how it scored: what TRL's ``_generate`` returns for this rank's
-    rows, the gathered ``(N, K)`` rewards, ``(N,)`` truncation and ``(N,)`` empty slots (``skip_refill=False``; None:
-    none)."""
+    rows, the gathered ``(N, K)`` rewards and ``(N,)`` truncation."""
 
     generated: tuple
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
-    empty: torch.Tensor | None = None
 
 
 @dataclass

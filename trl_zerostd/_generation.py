@@ -48,7 +48,7 @@ class GenerationSide(TrainerHost):
         refilled: RefilledBatch = rounds.finish()
         batch.inputs = refilled.rows
         batch.generation = Generation(
-            self._join_generated(refilled.records), refilled.rewards_per_func, refilled.truncated, refilled.empty
+            self._join_generated(refilled.records), refilled.rewards_per_func, refilled.truncated
         )
         _trl.restore_logged_columns(self, refilled.logged)
         _trl.log_metrics(self, refilled.metrics)

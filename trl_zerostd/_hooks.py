@@ -9,7 +9,6 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from . import core
 from ._batch import GenerationBatch
 from ._loss import LossCall
 
@@ -37,10 +36,6 @@ class TrainerHooks(ABC):
     def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
         """``(N,)`` gathered advantages of the batch under its plan (``estimators.py``), before masked rows are
         zeroed."""
-
-    @abstractmethod
-    def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
-        """``(N,)`` bool: rows whose scoring log-probs (old policy, reference) something reads."""
 
     @abstractmethod
     def _rejection_mode(self) -> bool:

@@ -2,7 +2,7 @@
 
 Each micro-batch carries its rows' ``RowRole`` (``row_role``, shuffled and split with the batch by TRL). Under
 ``"keep"`` every row is handed to TRL's loss, so its row and ``num_items_in_batch`` normalisers are the base ones;
-under ``"exclude"`` the rows this package masked are dropped (an empty slot, ``skip_refill=False``, in both modes).
+under ``"exclude"`` the rows this package masked are dropped.
 Every rank hands the loss as many rows as the rank that needs most, padding with its own dropped rows: TRL's loss
 gathers one value per row across ranks, which needs equal counts. Of the rows handed over, only those that train
 (policy or KL term) are forwarded; the others are placeholders with a zero loss mask and constant log-probs: importance
@@ -46,12 +46,10 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
 
 @dataclass(frozen=True)
 class LossCall:
-    """One micro-batch's loss: its ``rows``, the ``(B, T)`` constant log-probs of the rows it does not forward, and
-    whether every row is forwarded anyway (``skip_masked_rows=False``)."""
+    """One micro-batch's loss: its ``rows`` and the ``(B, T)`` constant log-probs of the rows it does not forward."""
 
     rows: core.LossRows
     fill_logps: torch.Tensor
-    forward_all: bool
 
 
 def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -61,15 +59,9 @@ def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logi
     gets zero weight."""
     device = input_ids.device
     forwarded = call.rows.forwarded.to(device)
-    if call.forward_all:
-        rows = torch.arange(input_ids.shape[0], device=device)
-    else:
-        rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
+    rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
     kwargs = select_rows(kwargs, rows, input_ids.shape[0])
     logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs)
-    if call.forward_all:
-        logps = logps[forwarded]
-        entropies = entropies[forwarded] if entropies is not None else None
 
     def place(fill: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         if len(forwarded) == 0:  # `out` is the zero-weight row's

@@ -4,7 +4,6 @@ methods the adapters override.
 
 - what ``GRPOTrainer._generate`` and ``RLOOTrainer._generate`` return (``GRPOGenerated``, ``RLOOGenerated``), per row
   and back (``split_grpo``/``join_grpo``, ``split_rloo``/``join_rloo``);
-- the keys of ``_generate_and_score_completions``' output that the package reads or writes (``OutputKeys``);
 - TRL's metric store and logs (``_metrics``, ``_logs``, ``_pending_extra_logs``);
 - ``PreparedPrompts``, which carries TRL's prepared prompts out of its method, and TRL's extra-field merge;
 - the prompt rows TRL puts in a dataset when an environment owns the data;
@@ -13,7 +12,7 @@ methods the adapters override.
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypedDict
+from typing import NamedTuple
 
 import torch
 
@@ -39,20 +38,6 @@ class RLOOGenerated(NamedTuple):
     prompt_ids: list
     completion_ids: list
     completions: list
-
-
-class OutputKeys(TypedDict, total=False):
-    """The keys of ``_generate_and_score_completions``' output (TRL 1.16) that the package reads or writes."""
-
-    prompt_ids: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor  # (B, T)
-    tool_mask: torch.Tensor | None  # (B, T), GRPO with tools or an env_mask
-    advantages: torch.Tensor  # (B,)
-    num_items_in_batch: torch.Tensor  # loss tokens of the whole generation batch
-    old_per_token_logps: torch.Tensor | None  # (B, T)
-    ref_per_token_logps: torch.Tensor | None  # (B, T), GRPO
-    old_logps: torch.Tensor  # (B,), RLOO: sum over completion tokens
 
 
 def split_grpo(generated: tuple) -> list[tuple]:

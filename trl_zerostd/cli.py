@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import trl
 
-from .config import ZeroStdGRPOConfig, ZeroStdRLOOConfig
+from .config import ZeroStdGRPOConfig, ZeroStdRLOOConfig, refuse_removed_flags
 from .grpo import ZeroStdGRPOTrainer
 from .rloo import ZeroStdRLOOTrainer
 
@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] not in COMMANDS:
         raise SystemExit(f"{USAGE}\ntrl-zerostd: the first argument must be one of {sorted(COMMANDS)}.")
     command, *flags = argv
+    try:
+        refuse_removed_flags(flags)
+    except ValueError as error:  # a flag of an earlier version: said like argparse's errors, without a traceback
+        raise SystemExit(f"{USAGE}\ntrl-zerostd: {error}") from None
     module_name, script_arguments, trainer_name, config_cls, trainer_cls = COMMANDS[command]
     script = importlib.import_module(module_name)
     dataclass_types = (getattr(script, script_arguments), config_cls, trl.ModelConfig, trl.DatasetMixtureConfig)

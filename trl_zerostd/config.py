@@ -1,9 +1,12 @@
-"""Config fields of the package (SEMANTICS.md "Names"), as a mixin for TRL's GRPO and RLOO configs."""
+"""Config fields of the package (SEMANTICS.md "Names"), as a mixin for TRL's GRPO and RLOO configs, and every check of
+the settings: their values, against each other and against TRL's own (``validate_settings``, ``check_compatible``),
+and the fields an earlier version had (``REMOVED_FIELDS``), refused by name wherever they appear."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field, fields
-from typing import Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from trl import GRPOConfig, RLOOConfig
 
@@ -30,21 +33,6 @@ class ZeroStdArguments:
             "with beta=0 the gradients equal TRL's. 'exclude': rows this package masks leave every normaliser."
         },
     )
-    exclude_masked_from_baseline: bool = field(
-        default=True,
-        metadata={
-            "help": "Leave masked rows (zero-variance, truncated, unscorable, rejected) out of every group mean/std, "
-            "leave-one-out baseline and batch statistic that other rows' advantages come from."
-        },
-    )
-    skip_masked_rows: bool = field(
-        default=True,
-        metadata={
-            "help": "Do not forward masked rows: not in the policy update, and not in the reference and old-policy "
-            "forwards while scoring. Same loss and gradients, less compute. False keeps TRL's full forwards, for "
-            "comparison."
-        },
-    )
     zero_std_kl: Literal["mask", "keep_failed", "keep"] = field(
         default="mask",
         metadata={
@@ -59,67 +47,18 @@ class ZeroStdArguments:
         metadata={
             "help": "Refill each generation batch with further prompts (a seeded stream over the train dataset) until "
             "it holds generation_batch_size / num_generations informative groups (two valid rows with different task "
-            "rewards); the other groups are dropped."
+            "rewards); the other groups are dropped. At the cap (dynamic_sampling_max_rounds) the batch is "
+            "completed with the best groups generated, which train masked (a warning once)."
         },
     )
     dynamic_sampling_max_rounds: int = field(
         default=10, metadata={"help": "Generation rounds per batch, the first included, before the cap applies."}
     )
-    dynamic_sampling_on_cap: Literal["mask", "error"] = field(
-        default="mask",
-        metadata={
-            "help": "At the cap, 'mask': complete the batch with the best groups generated, which train masked (a "
-            "warning once, then the metric dynamic_sampling/cap_reached); 'error': raise."
-        },
-    )
-    dynamic_sampling_screen: int = field(
-        default=0,
-        metadata={
-            "help": "Dynamic sampling: generate this many completions of each drawn prompt first, and the other "
-            "num_generations - dynamic_sampling_screen only for the prompts whose first ones differ in task reward; a "
-            "prompt tied on its screen is dropped after it (SPEED, arXiv 2506.09016). 0: off (whole groups); else "
-            ">= 2 and < num_generations."
-        },
-    )
-    per_prompt_budgets: bool = field(
-        default=False,
-        metadata={
-            "help": "Size each prompt's group: generate budget_step completions of every prompt of the batch first; a "
-            "prompt whose completions differ in task reward is completed to num_generations, one whose completions "
-            "all tie goes on or stops by budget_stop_rule, from the chance that the rest of its group would break "
-            "the tie, read off the prompt's success rate (skip_predictor='success_rate': its recent "
-            "groups, and with skip_prior_key its level's rate, without skipping unless skip_zero_std_prompts; "
-            "'streak': a uniform prior). Completions never generated are empty slots: never forwarded, in no "
-            "normaliser. Every prompt comes from a seeded stream over the train dataset."
-        },
-    )
-    budget_step: int = field(
-        default=2,
-        metadata={"help": "per_prompt_budgets: completions generated per prompt at a time (>= 2, < num_generations)."},
-    )
-    budget_stop_rule: Literal["chance", "yield"] = field(
-        default="chance",
-        metadata={
-            "help": "per_prompt_budgets: when a tied prompt stops. 'chance': it gets budget_step more completions "
-            "while the chance that the rest of its group breaks the tie is at least budget_continue_prob. 'yield': "
-            "it is completed to num_generations when that chance per completion it would cost is at least the "
-            "informative groups per completion of earlier batches (decayed), else it stops: two rounds in one "
-            "process (rows that make a round even over ranks can add one)."
-        },
-    )
-    budget_continue_prob: float | None = field(
-        default=None,
-        metadata={
-            "help": "per_prompt_budgets under budget_stop_rule='chance': a tied prompt gets more completions while "
-            "the predicted probability that the rest of its group breaks the tie is at least this; 0: every group is "
-            "completed, 1: none that ties. None: 0.5."
-        },
-    )
     zero_std_reward_funcs: list[str] | None = field(
         default=None,
         metadata={
             "help": "The reward functions (TRL's names: a function's __name__, a model's name) whose weighted sum "
-            "decides whether a group is informative: masking, dynamic sampling, prompt skipping and budgets read it. "
+            "decides whether a group is informative: masking, dynamic sampling and prompt skipping read it. "
             "None: all. Gate on the verifier of a shaped reward (format plus correctness), or an all-wrong group "
             "whose formats differ trains. A row for which every one of them returned None does not count toward the "
             "decision; advantages still come from every function, as in TRL."
@@ -129,39 +68,11 @@ class ZeroStdArguments:
         default=False,
         metadata={
             "help": "Draw every training prompt from a seeded stream over the train dataset and skip, before "
-            "generating it, a prompt that skip_predictor predicts to give a zero-variance group (all-low or "
-            "all-high). With or without dynamic_sampling."
-        },
-    )
-    skip_refill: bool = field(
-        default=True,
-        metadata={
-            "help": "Prompt skipping without dynamic_sampling. True: a skipped prompt's place in the batch goes to "
-            "the next prompt drawn, so a step generates and trains as many groups as TRL's. False: a step takes the "
-            "stream's next generation_batch_size / num_generations places and generates only the prompts drawn "
-            "there; a skipped prompt's place stays an empty slot (logged as prompt_skip/empty_slot_frac), never "
-            "generated, never forwarded, in no normaliser: a step costs fewer tokens instead of training more groups, "
-            "and trains as TRL would on the groups it generated. At least one prompt generates a step."
-        },
-    )
-    skip_predictor: Literal["streak", "success_rate"] = field(
-        default="success_rate",
-        metadata={
-            "help": "Prompt skipping (and budgets' prior): how a prompt's earlier groups set its draw probability. "
-            "'streak': p**k after k "
-            "zero-variance groups of one kind in a row (GRESO). 'success_rate': a success rate per prompt over its "
-            "recent groups (each new group halves the weight of the earlier ones), Beta-distributed around its "
-            "skip_prior_key group's rate (or every prompt's), and for a prompt whose groups all tied on one side the "
-            "chance that it is stuck (ties forever), give the chance that its next group is informative; "
-            "the prompt is drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
-            "skip_min_draw_prob; skip_target_zero_std_frac is not used; the default."
-        },
-    )
-    skip_target_zero_std_frac: float = field(
-        default=0.25,
-        metadata={
-            "help": "skip_predictor='streak': share of zero-variance groups among those generated that the "
-            "exploration p aims at."
+            "generating it, a prompt predicted to give a zero-variance group: each prompt's success rate over its "
+            "recent groups, around its skip_prior_key group's rate, and the chance that it ties forever (a prompt "
+            "whose groups all tied on one side) give the chance that its next group is informative; the prompt is "
+            "drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
+            "skip_min_draw_prob. With or without dynamic_sampling."
         },
     )
     skip_min_draw_prob: float = field(
@@ -171,8 +82,7 @@ class ZeroStdArguments:
     skip_history_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt histories (skipping, budgets): None keeps one outcome history per dataset row. The name "
-            "of a train_dataset "
+            "help": "Prompt skipping: None keeps one outcome history per dataset row. The name of a train_dataset "
             "column makes the rows that share its value share one history: a difficulty label ('difficulty', "
             "'level', 'source') lets the first prompts of a level predict the others, from the first pass on; "
             "'prompt' makes duplicate prompts share theirs. A streaming (iterable) train_dataset always keys its "
@@ -182,26 +92,75 @@ class ZeroStdArguments:
     skip_prior_key: str | None = field(
         default=None,
         metadata={
-            "help": "Prompt histories (skipping, budgets), one history per row: the name of a train_dataset column "
-            "(a difficulty label, a "
-            "source) whose value groups the prompts. A prompt never drawn is then drawn with its group's informative "
-            "rate over the last ~10 generation batches, relative to the best group's (never below "
-            "skip_min_draw_prob), instead of always: a level the model cannot solve yet, or always solves, is skipped "
-            "from the first pass on. Map-style train_dataset only."
+            "help": "Prompt skipping, one history per row: the name of a train_dataset column (a difficulty label, a "
+            "source) whose value groups the prompts. A prompt's success rate starts at its group's rate over the "
+            "last ~10 generation batches instead of every prompt's: a level the model cannot solve yet, or always "
+            "solves, is skipped from the first pass on. Map-style train_dataset only."
         },
     )
 
 
 ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
-# Fields that decide only how each batch trains (what it masks, the normalisers, the KL choice, which rows are
-# forwarded): no object carries them across steps, so a resume may change them. Every other field configures an
-# object with state (the prompt stream, the refill, the skipper and its histories) and may not change on resume;
-# zero_std_atol decides masking too, but the refill's counts and the skip histories were counted under it.
-PER_BATCH_FIELDS = (
-    "mask_zero_std_groups", "zero_std_normalization", "exclude_masked_from_baseline", "skip_masked_rows",
-    "zero_std_kl",
-)  # fmt: skip
-STATEFUL_FIELDS = tuple(name for name in ZERO_STD_FIELDS if name not in PER_BATCH_FIELDS)
+# Fields that decide only how each batch trains (what it masks, the normalisers, the KL choice): no object carries
+# them across steps, so a resume may change them. Every other field configures an object with state (the prompt
+# stream, the refill, the skipper and its histories) and may not change on resume; zero_std_atol decides masking too,
+# but the refill's counts and the skip histories were counted under it.
+PER_BATCH_FIELDS = ("mask_zero_std_groups", "zero_std_normalization", "zero_std_kl")
+# A field set away from its default needs a feature on: (field, the feature, what the field does for it)
+NEEDS = (
+    ("dynamic_sampling_max_rounds", "dynamic_sampling", "caps the rounds of dynamic sampling"),
+    ("skip_min_draw_prob", "skip_zero_std_prompts", "sets the floor of prompt skipping's draw probability"),
+    ("skip_history_key", "skip_zero_std_prompts", "keys the histories of prompt skipping"),
+    ("skip_prior_key", "skip_zero_std_prompts", "sets the prior of prompt skipping's success rates"),
+)
+# Fields of version 0.1 (docs/CHANGELOG.md): each with the value that is now always in force (None: none, the feature
+# is gone) and what to do instead. A config, YAML file or flag that names one is refused; so is a checkpoint that
+# set one away from the value now in force.
+REMOVED_FIELDS: dict[str, tuple[object, str]] = {
+    "per_prompt_budgets": (False, "per-prompt budgets are gone (they cost more tokens to TRL's accuracy than TRL "
+                           "with num_generations=4): set num_generations=4 for smaller groups"),
+    "budget_step": (2, "per-prompt budgets are gone: set num_generations=4 for smaller groups"),
+    "budget_stop_rule": ("chance", "per-prompt budgets are gone: set num_generations=4 for smaller groups"),
+    "budget_continue_prob": (None, "per-prompt budgets are gone: set num_generations=4 for smaller groups"),
+    "dynamic_sampling_screen": (0, "the screen is gone: dynamic_sampling generates whole groups"),
+    "dynamic_sampling_on_cap": ("mask", "at the cap the batch is always completed with masked groups (warned "
+                                "once): raise dynamic_sampling_max_rounds to reach the cap less often"),
+    "skip_refill": (True, "a skipped prompt's place always goes to the next prompt drawn: for fewer tokens a step "
+                    "set num_generations=4"),
+    "skip_predictor": ("success_rate", "the success rate is the only predictor; leave it out"),
+    "skip_target_zero_std_frac": (0.25, "the streak predictor it steered is gone; the success rate has no target"),
+    "exclude_masked_from_baseline": (True, "masked rows always leave every baseline and batch statistic"),
+    "skip_masked_rows": (True, "masked rows are never forwarded (same gradients, less compute)"),
+}  # fmt: skip
+
+
+ConfigClass = TypeVar("ConfigClass", bound=type)
+
+
+def removed_field_error(names: list[str], where: str) -> ValueError:
+    """The error for ``names`` of ``REMOVED_FIELDS`` found in ``where`` (a config, a flag, a file)."""
+    advice = "; ".join(f"{name}: {REMOVED_FIELDS[name][1]}" for name in names)
+    return ValueError(f"{where} sets {names}, removed in trl-zerostd 0.2 (docs/CHANGELOG.md): {advice}.")
+
+
+def refuse_removed_fields(names, where: str) -> None:
+    """Raise ``removed_field_error`` for the names of ``REMOVED_FIELDS`` among ``names``."""
+    removed = [name for name in names if name in REMOVED_FIELDS]
+    if removed:
+        raise removed_field_error(removed, where)
+
+
+def refuse_removed_flags(argv: list[str]) -> None:
+    """Refuse command-line flags (``--name value``, ``--name=value``) and YAML files (``--config file``) that set a
+    removed field, before a parser reports them as unknown."""
+    flags = [arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")]
+    refuse_removed_fields(flags, "The command line")
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--config":
+            import yaml
+
+            with open(value) as config_file:
+                refuse_removed_fields(list(yaml.safe_load(config_file) or {}), f"The config file {value}")
 
 
 def masking_settings(args) -> ZeroStdArguments:
@@ -211,21 +170,6 @@ def masking_settings(args) -> ZeroStdArguments:
     return settings
 
 
-# A field set away from its default needs a feature on: (field, the features of which one must be on, what the field
-# does for them). The prompt histories serve prompt skipping and the prior of per-prompt budgets.
-HISTORIES = ("skip_zero_std_prompts", "per_prompt_budgets")
-NEEDS = (
-    ("dynamic_sampling_screen", ("dynamic_sampling",), "screens the prompts of dynamic sampling"),
-    ("skip_refill", ("skip_zero_std_prompts",), "sets what a skipped prompt's place in the batch gets"),
-    ("skip_predictor", HISTORIES, "sets the predictor of the prompt histories"),
-    ("skip_history_key", HISTORIES, "keys the prompt histories"),
-    ("skip_prior_key", HISTORIES, "sets the prior of the prompt histories"),
-    ("budget_step", ("per_prompt_budgets",), "sets the increments of per-prompt budgets"),
-    ("budget_stop_rule", ("per_prompt_budgets",), "sets the rule that stops a tied prompt of per-prompt budgets"),
-    ("budget_continue_prob", ("per_prompt_budgets",), "sets when a tied prompt of per-prompt budgets stops"),
-)
-
-
 def allowed_values() -> dict[str, tuple]:
     """The allowed values of each field whose type is a ``Literal``, read from its annotation."""
     hints = get_type_hints(ZeroStdArguments)
@@ -233,65 +177,22 @@ def allowed_values() -> dict[str, tuple]:
 
 
 def validate_settings(settings: ZeroStdArguments) -> None:
-    """Raise ValueError naming the field at fault: a value outside its ``Literal`` type or its range, a field that
-    needs a feature that is off (``NEEDS``), or two fields that exclude each other."""
+    """Raise ValueError naming the field at fault: a value outside its ``Literal`` type or its range, or a field
+    that needs a feature that is off (``NEEDS``)."""
     for name, allowed in allowed_values().items():
         if getattr(settings, name) not in allowed:
             raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(settings, name)!r}.")
     defaults = {f.name: f.default for f in fields(ZeroStdArguments)}
-    for name, features, role in NEEDS:
+    for name, feature, role in NEEDS:
         value = getattr(settings, name)
-        if value != defaults[name] and not any(getattr(settings, feature) for feature in features):
-            turn_on = " or ".join(f"{feature}=True" for feature in features)
-            off = "which is off" if len(features) == 1 else "which are off"
-            raise ValueError(f"{name}={value!r} {role}, {off}: set {turn_on}, or leave {name} unset.")
+        if value != defaults[name] and not getattr(settings, feature):
+            raise ValueError(f"{name}={value!r} {role}, which is off: set {feature}=True, or leave {name} unset.")
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
     if not settings.dynamic_sampling_max_rounds >= 1:
         raise ValueError(
             "dynamic_sampling_max_rounds must be >= 1 (the first round included), "
             f"got {settings.dynamic_sampling_max_rounds!r}."
-        )
-    if settings.dynamic_sampling_screen:
-        if not settings.dynamic_sampling_screen >= 2:
-            raise ValueError(
-                "dynamic_sampling_screen must be 0 (off) or >= 2 (one completion cannot differ from itself), "
-                f"got {settings.dynamic_sampling_screen!r}."
-            )
-        if not settings.dynamic_sampling_max_rounds >= 2:
-            raise ValueError(
-                "dynamic_sampling_screen needs dynamic_sampling_max_rounds >= 2 (a screen, then the rest of its "
-                f"groups), got {settings.dynamic_sampling_max_rounds!r}."
-            )
-    if not settings.skip_refill and settings.dynamic_sampling:
-        raise ValueError(
-            "skip_refill=False with dynamic_sampling=True: dynamic sampling refills every batch to its informative "
-            "groups, so a skipped prompt's place is always refilled. Leave skip_refill unset, or turn dynamic "
-            "sampling off."
-        )
-    if settings.per_prompt_budgets and settings.dynamic_sampling:
-        raise ValueError(
-            "per_prompt_budgets with dynamic_sampling: dynamic sampling sizes groups by its own screen "
-            "(dynamic_sampling_screen). Turn one of them off."
-        )
-    if settings.per_prompt_budgets and not settings.skip_refill:
-        raise ValueError(
-            "per_prompt_budgets with skip_refill=False: a budgeted batch draws every prompt it generates; leave "
-            "skip_refill unset."
-        )
-    if isinstance(settings.budget_step, bool) or not isinstance(settings.budget_step, int) or settings.budget_step < 2:
-        raise ValueError(
-            f"budget_step must be >= 2 (one completion cannot differ from itself), got {settings.budget_step!r}."
-        )
-    if settings.budget_continue_prob is not None and not 0 <= settings.budget_continue_prob <= 1:
-        raise ValueError(
-            f"budget_continue_prob must be in [0, 1] (a probability), got {settings.budget_continue_prob!r}."
-        )
-    if settings.budget_stop_rule == "yield" and settings.budget_continue_prob is not None:
-        raise ValueError(
-            f"budget_continue_prob={settings.budget_continue_prob!r} with budget_stop_rule='yield': the yield rule "
-            "sets its own threshold from earlier batches. Leave budget_continue_prob unset, or use "
-            "budget_stop_rule='chance'."
         )
     funcs = settings.zero_std_reward_funcs
     names_ok = funcs is None or (
@@ -300,20 +201,6 @@ def validate_settings(settings: ZeroStdArguments) -> None:
     if not names_ok:
         raise ValueError(
             f"zero_std_reward_funcs must be a non-empty list of distinct reward function names, or None: {funcs!r}."
-        )
-    if not 0 <= settings.skip_target_zero_std_frac <= 1:
-        raise ValueError(
-            "skip_target_zero_std_frac must be in [0, 1] (a share of groups), "
-            f"got {settings.skip_target_zero_std_frac!r}."
-        )
-    if (
-        settings.skip_target_zero_std_frac != defaults["skip_target_zero_std_frac"]
-        and settings.skip_predictor != "streak"
-    ):
-        raise ValueError(
-            f"skip_target_zero_std_frac={settings.skip_target_zero_std_frac!r} is the target of "
-            f"skip_predictor='streak'; skip_predictor={settings.skip_predictor!r} has none. Set "
-            "skip_predictor='streak', or leave skip_target_zero_std_frac unset."
         )
     if not 0 < settings.skip_min_draw_prob <= 1:
         raise ValueError(
@@ -328,8 +215,18 @@ def validate_settings(settings: ZeroStdArguments) -> None:
         )
 
 
-def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:
-    """Refuse, naming the settings, the combinations with TRL's own fields that this package cannot honour."""
+def check_num_generations(config) -> None:
+    """Group-relative advantages compare at least 2 completions of a prompt in training."""
+    if config.num_generations is not None and config.num_generations < 2:
+        raise ValueError(
+            f"num_generations must be at least 2 in training (got {config.num_generations}): a group of one "
+            "completion has no baseline to compare with. num_generations_eval may be 1."
+        )
+
+
+def check_compatible(settings: ZeroStdArguments, args, kind: str, has_rollout_func: bool = False) -> None:
+    """Refuse, naming the settings, the combinations with TRL's own fields (and a trainer's ``rollout_func``) that
+    this package cannot honour."""
     if kind == "rloo" and settings.zero_std_kl != "mask":
         raise ValueError(
             f"zero_std_kl={settings.zero_std_kl!r} applies to GRPO's KL loss term; RLOO folds beta * KL into the "
@@ -356,35 +253,35 @@ def check_compatible(settings: ZeroStdArguments, args, kind: str) -> None:
                 "enter the controller. Use zero_std_normalization='exclude', another loss_type, or "
                 "top_entropy_quantile < 1."
             )
-
-
-def check_num_generations(config) -> None:
-    """Group-relative advantages compare at least 2 completions of a prompt in training; a screen is part of one."""
-    if config.num_generations is not None and config.num_generations < 2:
+    # A refill round hands a rollout_func rows that are not aligned groups of num_generations copies (a round's share
+    # on a rank), and TRL's server path needs them aligned: a rollout that asks the server for num_generations
+    # completions of every num_generations-th prompt would train on another prompt's.
+    refills = settings.dynamic_sampling or settings.skip_zero_std_prompts
+    server = getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "server"
+    if refills and has_rollout_func and server:
         raise ValueError(
-            f"num_generations must be at least 2 in training (got {config.num_generations}): a group of one "
-            "completion has no baseline to compare with. num_generations_eval may be 1."
-        )
-    step = getattr(config, "budget_step", 2)
-    if getattr(config, "per_prompt_budgets", False) and config.num_generations is not None:
-        if config.num_generations < 3:
-            raise ValueError(
-                f"per_prompt_budgets with num_generations={config.num_generations}: a budget of at least 2 "
-                "completions below the group's width needs num_generations >= 3."
-            )
-        if step >= config.num_generations:
-            raise ValueError(
-                f"budget_step={step} must be below num_generations={config.num_generations}: a budget is part of "
-                "a group."
-            )
-    screen = getattr(config, "dynamic_sampling_screen", 0)
-    if screen and config.num_generations is not None and screen >= config.num_generations:
-        raise ValueError(
-            f"dynamic_sampling_screen={screen} must be below num_generations={config.num_generations}: the screen "
-            "is the first part of a group."
+            "dynamic_sampling and skip_zero_std_prompts with a rollout_func under use_vllm=True, vllm_mode='server': "
+            "a refill round's rows are not aligned groups of num_generations copies, which TRL's server path "
+            "assumes, so a completion could be trained against another prompt. Use vllm_mode='colocate', or turn "
+            "dynamic_sampling and skip_zero_std_prompts off."
         )
 
 
+def _refusing_removed_fields(config_cls: ConfigClass) -> ConfigClass:
+    """``config_cls`` whose constructor refuses, by name, the fields of ``REMOVED_FIELDS``."""
+    cls: Any = config_cls  # its generated __init__ is replaced, which the type checker cannot follow
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        refuse_removed_fields(list(kwargs), cls.__name__)
+        init(self, *args, **kwargs)
+
+    __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+    return config_cls
+
+
+@_refusing_removed_fields
 @dataclass
 class ZeroStdGRPOConfig(GRPOConfig, ZeroStdArguments):
     """``GRPOConfig`` plus the fields of ``ZeroStdArguments``."""
@@ -395,6 +292,7 @@ class ZeroStdGRPOConfig(GRPOConfig, ZeroStdArguments):
         super().__post_init__()
 
 
+@_refusing_removed_fields
 @dataclass
 class ZeroStdRLOOConfig(RLOOConfig, ZeroStdArguments):
     """``RLOOConfig`` plus the fields of ``ZeroStdArguments``."""

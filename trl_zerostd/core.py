@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 MASK_REASONS = ("zero_std", "truncated", "unscorable", "rejected")
-ZERO_STD_KL_MODES = ("mask", "keep_failed", "keep")
 
 
 def grouped(x: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -168,7 +167,6 @@ def check_groups_share_prompt(prompts: Sequence[Any], num_generations: int) -> N
 class RowRole(IntEnum):
     """What the loss does with a row. Ordered: a role at or above ``KL_ONLY`` is forwarded in the loss."""
 
-    EMPTY = -1  # a slot never generated (a skipped place, a budget's unused rows): dropped in both modes
     OUT = 0  # masked by this package: no term at all; a placeholder under "keep", dropped under "exclude"
     TRL_MASKED = 1  # masked by TRL itself (truncated): no term, and TRL's normalisers as TRL has them
     KL_ONLY = 2  # a zero-variance row that keeps its KL term (zero_std_kl), and only it
@@ -179,15 +177,14 @@ class RowRole(IntEnum):
 class RowPlan:
     """Why each row of a gathered batch is masked and what every later step reads from it.
 
-    ``reasons`` maps each of ``MASK_REASONS`` to an ``(N,)`` bool mask; ``role`` is ``(N,)`` ``RowRole`` values;
-    ``stat_rows`` ``(N,)`` bool are the rows allowed into any statistic (group mean and std, leave-one-out baseline,
-    batch std) that other rows' advantages come from: a row outside it gets advantage exactly 0. ``zero_std_groups``,
+    ``reasons`` maps each of ``MASK_REASONS`` to an ``(N,)`` bool mask; ``role`` is ``(N,)`` ``RowRole`` values; the
+    ``trainable`` rows are the only ones allowed into any statistic (group mean and std, leave-one-out baseline, batch
+    std) that other rows' advantages come from, and a row outside them gets advantage exactly 0. ``zero_std_groups``,
     ``low_tied_groups`` and ``high_tied_groups`` are ``(N // G,)`` bool.
     """
 
     reasons: Mapping[str, torch.Tensor]
     role: torch.Tensor
-    stat_rows: torch.Tensor
     zero_std_groups: torch.Tensor
     low_tied_groups: torch.Tensor
     high_tied_groups: torch.Tensor
@@ -205,11 +202,6 @@ class RowPlan:
         """Rows whose log-probs the loss reads (the policy's, the reference's, the old policy's)."""
         return self.role >= RowRole.KL_ONLY
 
-    @property
-    def generated(self) -> torch.Tensor:
-        """Rows that were generated: all but the empty slots (``skip_refill=False``'s places, budgets' unused rows)."""
-        return self.role != RowRole.EMPTY
-
 
 def decide_row_plan(
     task_rewards: torch.Tensor,
@@ -220,27 +212,20 @@ def decide_row_plan(
     rejected: torch.Tensor,
     mask_zero_std_groups: bool = True,
     zero_std_atol: float = 1e-6,
-    exclude_masked_from_baseline: bool = True,
     zero_std_kl: str = "mask",
     reward_range: tuple[float, float] | None = None,
-    empty: torch.Tensor | None = None,
 ) -> RowPlan:
     """Apply the one rule (SEMANTICS.md) to a gathered batch.
 
     Truncated, unscorable and rejected rows are invalid. A group is zero-variance over its valid rows; its valid
     rows are masked with reason ``zero_std``. ``zero_std_kl`` keeps the KL term of the zero-variance rows tied at the
     low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them; while the
-    range is one level (a constant reward so far), no group is low- or high-tied.
-    ``stat_rows`` are the training rows when ``exclude_masked_from_baseline``, else every scorable row (TRL's own
-    statistics). ``truncated`` marks rows TRL already masks (``mask_truncated_completions``). ``empty`` marks the
-    slots never generated (the whole group of a place skipped under ``skip_refill=False``, a budget's unused rows):
-    in no statistic, out of the loss; a group all empty is not a group, one partly empty is judged on its other rows.
+    range is one level (a constant reward so far), no group is low- or high-tied. ``truncated`` marks rows TRL already
+    masks (``mask_truncated_completions``).
     """
-    empty = torch.zeros_like(truncated) if empty is None else empty
-    valid = ~(truncated | unscorable | rejected | empty)
+    valid = ~(truncated | unscorable | rejected)
     if mask_zero_std_groups:
         zero_groups = zero_std_groups(task_rewards, valid, num_generations, zero_std_atol)
-        zero_groups &= ~grouped(empty, num_generations).all(dim=1)
     else:
         zero_groups = torch.zeros(task_rewards.shape[0] // num_generations, dtype=torch.bool, device=valid.device)
     low, high = reward_range if reward_range is not None else (None, None)
@@ -256,17 +241,9 @@ def decide_row_plan(
     role[zero_std & expand_groups(keeps_kl, num_generations)] = RowRole.KL_ONLY
     role[unscorable | rejected] = RowRole.OUT
     role[truncated] = RowRole.TRL_MASKED
-    role[empty] = RowRole.EMPTY
-    trainable = role == RowRole.TRAIN
     return RowPlan(
-        reasons={
-            "zero_std": zero_std,
-            "truncated": truncated,
-            "unscorable": unscorable & ~empty,
-            "rejected": rejected,
-        },
+        reasons={"zero_std": zero_std, "truncated": truncated, "unscorable": unscorable, "rejected": rejected},
         role=role,
-        stat_rows=trainable if exclude_masked_from_baseline else ~(unscorable | empty),
         zero_std_groups=zero_groups,
         low_tied_groups=low_tied,
         high_tied_groups=high_tied,
@@ -287,13 +264,10 @@ def widen_reward_range(
 
 
 def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> dict[str, float]:
-    """Train metrics of one gathered batch's plan (shares of the groups, rows or loss tokens generated: an empty slot
-    is none of them); ``row_tokens`` ``(N,)``: TRL's loss tokens per row."""
-    generated = plan.generated
-    rows = generated.sum().clamp(min=1)
-    group_size = len(generated) // max(len(plan.zero_std_groups), 1)
-    groups = grouped(generated, group_size).any(dim=1).sum().clamp(min=1)  # a group with a generated row
-    row_tokens = row_tokens * generated
+    """Train metrics of one gathered batch's plan (shares of its groups, rows or loss tokens); ``row_tokens``
+    ``(N,)``: TRL's loss tokens per row."""
+    rows = torch.tensor(len(plan.role)).clamp(min=1)
+    groups = torch.tensor(len(plan.zero_std_groups)).clamp(min=1)
 
     def share(mask: torch.Tensor, count: torch.Tensor) -> float:
         return (mask.sum() / count).item()
@@ -353,10 +327,9 @@ class LossRows:
 
 
 def loss_rows(role: torch.Tensor, normalization: str) -> torch.Tensor:
-    """``(B,)`` bool: the rows of a micro-batch TRL's loss must see. ``"keep"``: every generated row (the empty slots
-    of skipped prompts are not rows); ``"exclude"``: also not the rows this package masked (``RowRole.OUT``; rows TRL
-    masks itself stay, as in TRL)."""
-    return role != RowRole.EMPTY if normalization == "keep" else role > RowRole.OUT
+    """``(B,)`` bool: the rows of a micro-batch TRL's loss must see. ``"keep"``: every row; ``"exclude"``: not the
+    rows this package masked (``RowRole.OUT``; rows TRL masks itself stay, as in TRL)."""
+    return torch.ones_like(role, dtype=torch.bool) if normalization == "keep" else role > RowRole.OUT
 
 
 def loss_rows_needed(role: torch.Tensor, normalization: str) -> int:

@@ -50,9 +50,6 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     def _task_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         return core.weighted_task_reward(rewards_per_func, self.reward_weights, self._state.decisive_funcs)
 
-    def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
-        return plan.forwarded
-
     def _finish_output(self, output: dict, role: torch.Tensor) -> None:
         """Nothing beyond the adapter's: GRPO's loss reads the masks and advantages it set."""
 
@@ -60,7 +57,7 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         generation, plan = batch.generation, batch.plan
         assert generation is not None and plan is not None, "advantages are computed under the batch's plan"
         return grpo_advantages(
-            generation.rewards_per_func, self.reward_weights, self._group_size, plan.stat_rows,
+            generation.rewards_per_func, self.reward_weights, self._group_size, plan.trainable,
             scale_rewards=self.scale_rewards, multi_objective_aggregation=self.multi_objective_aggregation,
         )  # fmt: skip
 

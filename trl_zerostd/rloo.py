@@ -23,10 +23,9 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
     reward, so a tied group would otherwise train on differences of KL terms). With ``reward_clip_range`` set it is
     decided on the clipped task reward, the reward the advantages are computed from.
 
-    With ``skip_masked_rows`` the masked rows outside the statistics (all masked rows by default) are not forwarded
-    while scoring, so TRL sees their KL as 0. Only two of its logs change: ``kl`` (their tokens stay in its
-    denominator) and ``frac_reward_zero_std`` (computed on the KL-penalised reward: a skipped tied group now counts as
-    zero-std).
+    The masked rows are not forwarded while scoring, so TRL sees their KL as 0. Only two of its logs change: ``kl``
+    (their tokens stay in its denominator) and ``frac_reward_zero_std`` (computed on the KL-penalised reward: a
+    skipped tied group now counts as zero-std).
     """
 
     trainer_kind = "rloo"
@@ -63,15 +62,11 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
             rewards_per_func, self.reward_weights, self.reward_clip_range, self._state.decisive_funcs
         )
 
-    def _scoring_needed(self, plan: core.RowPlan) -> torch.Tensor:
-        # A row's KL enters the reward, hence the baselines, of the rows it shares statistics with (stat_rows)
-        return plan.forwarded | plan.stat_rows
-
     def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
         generation, plan = batch.generation, batch.plan
         assert generation is not None and plan is not None, "advantages are computed under the batch's plan"
         return rloo_advantages(
-            generation.rewards_per_func, self.reward_weights, self._group_size, plan.stat_rows,
+            generation.rewards_per_func, self.reward_weights, self._group_size, plan.trainable,
             kl_penalty=self._kl_penalty(batch), normalize_advantages=self.normalize_advantages,
             reward_clip_range=self.reward_clip_range,
         )  # fmt: skip

@@ -74,23 +74,6 @@ class GatheredRows:
         """``(rows,)`` bool: neither truncated nor unscorable."""
         return ~(self.truncated | core.unscorable_rows(self.rewards_per_func))
 
-    def padded(self, size: int) -> tuple[GatheredRows, torch.Tensor]:
-        """These rows (one prompt's, at least one) then ``size - rows`` empty slots, copies of the first row with
-        NaN rewards, never truncated; and ``(size,)`` bool which rows are empty slots."""
-        count = len(self.rows)
-        pads = size - count
-        if count == 0 or pads < 0:
-            raise ValueError(f"{count} rows cannot be padded to {size}.")
-        first = self.take(0, 1)
-        nan = torch.full((pads, *self.rewards_per_func.shape[1:]), float("nan"), device=self.rewards_per_func.device)
-        rows = GatheredRows(
-            self.rows + [first.rows[0]] * pads, self.records + [first.records[0]] * pads,
-            torch.cat([self.rewards_per_func, nan]), torch.cat([self.truncated, first.truncated.new_zeros(pads)]),
-            torch.cat([self.task_rewards, self.task_rewards.new_full((pads,), float("nan"))]),
-            self.logged + [first.logged[0]] * pads,
-        )  # fmt: skip
-        return rows, torch.arange(size) >= count
-
     @staticmethod
     def concat(parts: list[GatheredRows]) -> GatheredRows:
         return GatheredRows(
@@ -109,62 +92,38 @@ class GatheredRows:
         return [rows.take(start, start + size) for start, size in zip(starts, part_sizes)]
 
 
-@dataclass(frozen=True)
-class Screened:
-    """A prompt whose screen rows differ in task reward, waiting for the rest of its group."""
-
-    row: dict  # the dataset row, as drawn
-    key: int  # its skip-history key
-    screen: GatheredRows
-
-
 @dataclass
 class GeneratedPool:
     """Every whole group generated for one batch so far, in gathered order (every rank holds all of it), their
     ``(groups,)`` informative flags and, with prompt skipping, skip-history keys (every part comes from the stream),
-    and the prompts skipped. With screening, the screens that were tied (``tied_screens``, with their keys) and the
-    keys of passed screens never completed (``unfinished_keys``). Under ``skip_refill=False``, ``slots`` ``(batch
-    groups,)``: the generated group that fills each place of the batch, -1 for a skipped prompt's empty slot.
-    ``empty``: per part, ``(rows,)`` bool, the rows never generated of groups sized by per-prompt budgets."""
+    and the prompts skipped."""
 
     groups: list[GatheredRows] = field(default_factory=list)
     informative: list[torch.Tensor] = field(default_factory=list)
     keys: list[int] = field(default_factory=list)
     skipped: int = 0
-    tied_screens: list[GatheredRows] = field(default_factory=list)
-    tied_screen_keys: list[int] = field(default_factory=list)
-    unfinished_keys: list[int] = field(default_factory=list)
-    slots: torch.Tensor | None = None
-    empty: list[torch.Tensor] = field(default_factory=list)
 
-    def add(
-        self, groups: GatheredRows, informative: torch.Tensor, keys: list[int], empty: torch.Tensor | None = None
-    ) -> None:
-        """``groups``: whole groups of ``num_generations`` rows; ``empty``: ``(rows,)`` bool, the rows that are empty
-        slots (per-prompt budgets; None: none)."""
+    def add(self, groups: GatheredRows, informative: torch.Tensor, keys: list[int]) -> None:
+        """``groups``: whole groups of ``num_generations`` rows."""
         self.groups.append(groups)
         self.informative.append(informative)
         self.keys += keys
-        self.empty.append(torch.zeros(len(groups.rows), dtype=torch.bool) if empty is None else empty)
 
     def counts(self) -> tuple[int, int]:
-        """``(informative, generated)`` group counts: whole groups, then screens tied or never completed."""
+        """``(informative, generated)`` group counts."""
         flags = torch.cat(self.informative) if self.informative else torch.zeros(0, dtype=torch.bool)
-        return int(flags.sum()), len(flags) + len(self.tied_screen_keys) + len(self.unfinished_keys)
+        return int(flags.sum()), len(flags)
 
 
 @dataclass(frozen=True)
 class RefilledBatch:
     """This rank's rows of the groups that train, their generation records (the trainer joins them into what TRL's
-    ``_generate`` returns) and the columns reward functions logged for them, the gathered ``(N, K)`` rewards, ``(N,)``
-    truncation and empty slots (a copy of a generated row, reward NaN: a skipped prompt's group under
-    ``skip_refill=False``, the rows a per-prompt budget never generated) of the batch, and the refill's train
-    metrics."""
+    ``_generate`` returns) and the columns reward functions logged for them, the gathered ``(N, K)`` rewards and
+    ``(N,)`` truncation of the batch, and the refill's train metrics."""
 
     rows: list[dict]
     records: list[tuple]
     logged: list[dict]
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
-    empty: torch.Tensor
     metrics: dict[str, float]

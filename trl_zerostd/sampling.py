@@ -78,22 +78,6 @@ class PromptStream:
             self.position += seen
         return taken, skipped
 
-    def places(self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor]) -> tuple[list[int], torch.Tensor]:
-        """The row indices of the next ``count`` places, drawn or not, and ``(count,)`` bool whether each is drawn
-        (the same decision ``draw`` takes at that place)."""
-        rows: list[int] = []
-        drawn: list[torch.Tensor] = []
-        while len(rows) < count:
-            if self.position == self.num_rows:
-                self.epoch, self.position = self.epoch + 1, 0
-            order, uniform = self._pass()
-            end = min(self.num_rows, self.position + count - len(rows))
-            candidates = order[self.position : end]
-            rows += candidates.tolist()
-            drawn.append(uniform[self.position : end].double() < draw_prob(candidates))
-            self.position = end
-        return rows, torch.cat(drawn)
-
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
@@ -169,21 +153,6 @@ class RowStream:
                 skipped += 1
         return rows, keys, skipped
 
-    def places(
-        self, count: int, draw_prob: Callable[[torch.Tensor], torch.Tensor]
-    ) -> tuple[list[dict], list[int], torch.Tensor]:
-        """The rows and keys of the next ``count`` places, drawn or not, and ``(count,)`` bool whether each is drawn
-        (the same decision ``draw`` takes at that place)."""
-        rows, keys, drawn = [], [], []
-        for _ in range(count):
-            row = self._next_row()
-            key = self.key(row)
-            drawn.append(self._place_uniform() < float(draw_prob(torch.tensor([key]))[0]))
-            self.position += 1
-            rows.append(row)
-            keys.append(key)
-        return rows, keys, torch.tensor(drawn, dtype=torch.bool)
-
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
@@ -203,76 +172,10 @@ def refill_groups(
     return splittable(groups, G, world_size)
 
 
-def drawn_places(drawn: torch.Tensor, rows_per_prompt: int, world_size: int) -> torch.Tensor:
-    """``(k,)`` bool: the places of a batch that generate under ``skip_refill=False``, the ``drawn`` ones and, in place
-    order, as many skipped ones as make their rows split evenly over ``world_size`` ranks (at least one place: a step
-    trains on something)."""
-    count = min(splittable(max(int(drawn.sum()), 1), rows_per_prompt, world_size), len(drawn))
-    extra = count - int(drawn.sum())
-    forced = (~drawn).nonzero().view(-1)[:extra]
-    return drawn.clone().index_fill_(0, forced, True)
-
-
 def splittable(prompts: int, rows_per_prompt: int, world_size: int) -> int:
     """``prompts`` rounded up so that their ``prompts * rows_per_prompt`` rows split evenly over ``world_size``."""
     step = world_size // math.gcd(rows_per_prompt, world_size)
     return math.ceil(prompts / step) * step
-
-
-def screen_prompts(
-    missing: int, passed: float, screened: float, batch_groups: int, world_size: int, G: int, screen: int
-) -> int:
-    """Prompts a round screens (``screen`` rows each) to find ``missing`` more informative groups: ``missing`` divided
-    by the share of screens that passed so far (``passed / screened``, at least ``1 / batch_groups``; before any
-    screen, one generation batch of rows), at most ``MAX_ROUND_BATCHES`` generation batches of rows, rounded up so
-    that the round's rows split evenly over ranks."""
-    budget = MAX_ROUND_BATCHES * batch_groups * G // screen
-    if screened:
-        prompts = min(math.ceil(missing / max(passed / screened, 1.0 / batch_groups)), budget)
-    else:
-        prompts = batch_groups * G // screen
-    return splittable(prompts, screen, world_size)
-
-
-def continued_prompts(waiting: int, missing: int, world_size: int, rest: int) -> int:
-    """Of ``waiting`` prompts whose screen passed, how many a round completes with their ``rest`` rows: enough for the
-    ``missing`` informative groups, in a count whose rows split evenly over ranks (the others wait a round)."""
-    step = world_size // math.gcd(rest, world_size)
-    return min(math.ceil(missing / step) * step, waiting // step * step)
-
-
-@dataclass(frozen=True)
-class ScreenRound:
-    """One round of screened dynamic sampling: complete the first ``continued`` prompts waiting (their screen rows
-    differed) with their other ``G - screen`` rows, and draw ``new_prompts`` from the stream: screened with ``screen``
-    rows each, or, in the last round allowed (``whole``), whole groups for what is still missing."""
-
-    continued: int
-    new_prompts: int
-    whole: bool
-
-
-def plan_screen_round(
-    missing: int,
-    waiting: int,
-    last_round: bool,
-    passed: float,
-    screened: float,
-    batch_groups: int,
-    world_size: int,
-    G: int,
-    screen: int,
-) -> ScreenRound:
-    """The next round for ``missing`` informative groups with ``waiting`` prompts whose screen passed; ``passed`` of
-    ``screened`` screens so far (earlier batches' decayed counts included) set how many new prompts to screen. Where
-    some are still missing, ``count`` took every waiting prompt that a count split over ranks allows, so those left
-    waiting cannot complete a group this round and new screens cover all that is missing."""
-    count = continued_prompts(waiting, missing, world_size, G - screen)
-    if last_round:
-        return ScreenRound(count, splittable(max(missing - count, 0), G, world_size), whole=True)
-    shortfall = missing - count
-    prompts = screen_prompts(shortfall, passed, screened, batch_groups, world_size, G, screen) if shortfall > 0 else 0
-    return ScreenRound(count, prompts, whole=False)
 
 
 def first_round_extra(needed: int, seen_informative: float, seen_generated: float, world_size: int, G: int) -> int:

@@ -1,6 +1,6 @@
 """Prompt skipping: which prompts to draw, from what their earlier groups gave. ``PromptSkipper`` maps prompts to
-history slots, keeps each slot's outcome record, turns a batch's rewards into outcomes, and asks its predictor
-(``predictors.py``: the streak; ``success_rate.py``: the success rate) how likely each prompt is to be drawn.
+history slots, turns a batch's rewards into outcomes and successes, and asks the success rates (``success_rate.py``)
+how likely each prompt is to be drawn.
 
 No trainer or TRL import. Prompts are dataset row indices, or with a streaming dataset 63-bit keys hashed from the
 prompt (``history_key``); ``G = num_generations``.
@@ -14,22 +14,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .core import grouped, widen_reward_range, zero_std_groups
-from .predictors import ExploreProbs, GroupPrior, Outcome, PromptHistory, SkipPredictor, StreakPredictor, dense_ids
 from .sampling import stable_hash
-from .success_rate import SuccessRatePredictor, SuccessRates
+from .success_rate import Outcome, SuccessRates, dense_ids
 
-HASHED_SLOTS = 1 << 20  # a streaming run's history table: 10 bytes a slot (kind, streak, 8-byte key), 10 MiB
-
-
-@dataclass(frozen=True)
-class GroupsOfOneSize:
-    """Groups generated in one batch with ``group_size`` rows each, in draw order: ``(rows,)`` task rewards and valid
-    flags (neither truncated nor unscorable), one skip-history key per group."""
-
-    task_rewards: torch.Tensor
-    valid: torch.Tensor
-    group_size: int
-    keys: list[int]
+HASHED_SLOTS = 1 << 20  # a streaming run's history table: 29 bytes a slot (21 of success rates, an 8-byte key), 29 MiB
 
 
 def group_outcomes(
@@ -109,7 +97,8 @@ class HashedSlots:
 
 @dataclass
 class PromptSkipper:
-    """The skip state of a run: the outcome history of every slot and the predictor (checkpointed together).
+    """The skip state of a run: the success rates of every history slot (checkpointed), and the floor of a prompt's
+    draw probability.
 
     Prompts are named by keys. Map-style data: dataset row indices; ``slots`` ``(num_rows,)`` maps each row to its
     history (None: one history per row), and rows that share a key (a difficulty label, or the prompt text) share a
@@ -117,8 +106,8 @@ class PromptSkipper:
     key whose slot another holds counts as never seen (drawn).
     """
 
-    history: PromptHistory
-    predictor: SkipPredictor
+    rates: SuccessRates
+    min_draw_prob: float
     slots: torch.Tensor | None = None
     hashed: HashedSlots | None = field(default=None)
 
@@ -126,35 +115,23 @@ class PromptSkipper:
     def new(
         cls,
         num_rows: int,
-        target: float,
         min_draw_prob: float,
+        group_size: int,
         keys: list | None = None,
         prior_groups: list | None = None,
-        predictor: str = "streak",
-        group_size: int | None = None,
     ) -> PromptSkipper:
         """``keys``: one hashable value per dataset row; rows with equal keys share a history. ``prior_groups``: one
         hashable value per dataset row (one history per row only); rows with equal values form a prior's group.
-        ``predictor``: a ``skip_predictor`` value; ``group_size``: the rows of a group (``num_generations``), which
-        the rate predictors need."""
+        ``group_size``: the rows of a group (``num_generations``)."""
         if prior_groups is not None and keys is not None:
             raise ValueError("A prior's groups need one history per row: pass keys or prior_groups, not both.")
         slots, num_slots = (None, num_rows) if keys is None else dense_ids(keys)
-        chosen = new_predictor(predictor, num_slots, target, min_draw_prob, prior_groups, group_size)
-        return cls(PromptHistory.empty(num_slots), chosen, slots)
+        return cls(SuccessRates.new(group_size, num_slots, prior_groups), min_draw_prob, slots)
 
     @classmethod
-    def streaming(
-        cls,
-        target: float,
-        min_draw_prob: float,
-        num_slots: int = HASHED_SLOTS,
-        predictor: str = "streak",
-        group_size: int | None = None,
-    ) -> PromptSkipper:
+    def streaming(cls, min_draw_prob: float, group_size: int, num_slots: int = HASHED_SLOTS) -> PromptSkipper:
         """Histories of prompts named by ``history_key``: ``num_slots`` slots, whatever the length of the stream."""
-        chosen = new_predictor(predictor, num_slots, target, min_draw_prob, None, group_size)
-        return cls(PromptHistory.empty(num_slots), chosen, hashed=HashedSlots.empty(num_slots))
+        return cls(SuccessRates.new(group_size, num_slots), min_draw_prob, hashed=HashedSlots.empty(num_slots))
 
     def _slots(self, keys: torch.Tensor) -> torch.Tensor:
         if self.hashed is not None:
@@ -163,114 +140,58 @@ class PromptSkipper:
 
     def draw_prob(self, keys: torch.Tensor) -> torch.Tensor:
         """``(k,)`` probability of drawing each of the ``(k,)`` long prompt keys."""
-        probs = self.predictor.draw_prob(self._slots(keys), self.history)
+        probs = self.rates.draw_prob(self._slots(keys), self.min_draw_prob)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
-    def success_prior(self, keys: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(k,)`` ``Beta`` parameters of each prompt's success rate as the ``"success_rate"`` predictor holds them
-        before its next group (per-prompt budgets read them); None under the streak, which holds no rate."""
-        if not isinstance(self.predictor, SuccessRatePredictor):
-            return None
-        key_ids = torch.tensor(keys, dtype=torch.long)
-        own = self.hashed.known(key_ids) if self.hashed is not None else True
-        return self.predictor.rates.beta(self._slots(key_ids), own)
-
-    def record(
-        self,
-        keys: list[int],
-        outcomes: torch.Tensor,
-        successes: torch.Tensor | None = None,
-        rows: torch.Tensor | None = None,
-    ) -> None:
-        """The ``Outcome`` of every group one generation batch generated, in draw order (for the success-rate
-        predictor also each group's ``successes`` and valid ``rows``, ``group_successes``)."""
-        if not isinstance(self.predictor, StreakPredictor) and (successes is None or rows is None):
-            raise ValueError("A rate predictor needs each group's successes and rows with its outcome.")
+    def record(self, keys: list[int], outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
+        """The ``Outcome``, successes and valid rows (``group_successes``) of every group one generation batch
+        generated, in draw order."""
         key_ids = torch.tensor(keys, dtype=torch.long)
         if self.hashed is not None:
-            taken = self.hashed.claim(key_ids)
-            self.history.kind[taken], self.history.streak[taken] = 0, 0
-            self.predictor.clear(taken)
-        slots = self._slots(key_ids)
-        self.history.record(slots.tolist(), outcomes)
-        self.predictor.record(slots, outcomes, successes, rows)
+            self.rates.clear(self.hashed.claim(key_ids))
+        self.rates.record(self._slots(key_ids), outcomes, successes, rows)
 
     def record_batch(
         self,
-        parts: list[GroupsOfOneSize],
-        unfinished_keys: list[int],
+        task_rewards: torch.Tensor,
+        valid: torch.Tensor,
+        keys: list[int],
         skipped: int,
         reward_range: tuple[float, float] | None,
         atol: float,
     ) -> dict[str, float]:
-        """Every group one generation batch generated (``parts``; ``unfinished_keys``: prompts whose screen differed
-        but whose group was never completed, counted informative with no success) into the history, the outcome of
-        each decided against ``reward_range`` widened by the batch (task reward units). Returns the batch's metrics;
+        """Every group one generation batch generated (``(rows,)`` task rewards and valid flags, neither truncated
+        nor unscorable, of whole groups in draw order; ``keys``: one per group) into the history, the outcome of each
+        decided against ``reward_range`` widened by the batch (task reward units). Returns the batch's metrics;
         ``skipped``: prompts skipped while drawing it."""
-        rewards = torch.cat([part.task_rewards for part in parts])
-        valid = torch.cat([part.valid for part in parts])
-        low_high = widen_reward_range(reward_range, rewards, valid) or (0, 0)
-        keys: list[int] = []
-        part_outcomes: list[torch.Tensor] = []
-        part_successes: list[torch.Tensor] = []
-        part_rows: list[torch.Tensor] = []
-        for part in parts:
-            part_outcomes.append(group_outcomes(part.task_rewards, part.valid, part.group_size, atol, low_high))
-            successes, rows = group_successes(part.task_rewards, part.valid, part.group_size, low_high)
-            part_successes.append(successes)
-            part_rows.append(rows)
-            keys += part.keys
-        keys += unfinished_keys
-        unfinished = len(unfinished_keys)
-        outcomes = torch.cat([*part_outcomes, torch.full((unfinished,), int(Outcome.INFORMATIVE), dtype=torch.long)])
-        successes = torch.cat([*part_successes, torch.zeros(unfinished, dtype=torch.float64)])
-        rows = torch.cat([*part_rows, torch.zeros(unfinished, dtype=torch.float64)])
+        group_size = self.rates.group_size
+        low_high = widen_reward_range(reward_range, task_rewards, valid) or (0, 0)
+        outcomes = group_outcomes(task_rewards, valid, group_size, atol, low_high)
+        successes, rows = group_successes(task_rewards, valid, group_size, low_high)
         self.record(keys, outcomes, successes, rows)
         drawn = len(keys) + skipped
         metrics = {
             "prompts_drawn": drawn,
             "skipped_frac": skipped / drawn,
             "zero_std_group_frac": (outcomes != Outcome.INFORMATIVE).float().mean().item(),
-            **self.predictor.metrics(),
         }
         if self.hashed is not None:
             metrics["hash_evictions"] = self.hashed.evictions
         return {f"prompt_skip/{name}": value for name, value in metrics.items()}
 
     def state_dict(self) -> dict:
-        state = {"history": self.history.state_dict(), "predictor": self.predictor.state_dict()}
+        state = {"rates": self.rates.state_dict()}
         if self.hashed is not None:
             state["hashed"] = {"keys": self.hashed.keys, "evictions": self.hashed.evictions}
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        saved, ours = len(state["history"]["kind"]), len(self.history.kind)
-        if saved != ours:
+        if "rates" not in state:
             raise ValueError(
-                f"The checkpoint's prompt-skip history has {saved} slots, this run's {ours}: the train_dataset or "
-                "skip_history_key differs from the checkpointed run's."
+                "The checkpoint's prompt-skip state was written by trl-zerostd 0.1, whose success rates lack the "
+                "counts of one-sided ties that 0.2 reads (docs/CHANGELOG.md): resume it with trl-zerostd 0.1, or "
+                "start a new run."
             )
-        self.predictor.load_state_dict(state["predictor"])
-        self.history.load_state_dict(state["history"])
+        self.rates.load_state_dict(state["rates"])
         if self.hashed is not None:
             self.hashed = HashedSlots(state["hashed"]["keys"].to(torch.long), state["hashed"]["evictions"])
-
-
-def new_predictor(
-    predictor: str,
-    num_slots: int,
-    target: float,
-    min_draw_prob: float,
-    prior_groups: list | None,
-    group_size: int | None,
-) -> SkipPredictor:
-    """The ``skip_predictor`` named: the streak (with a prior over ``prior_groups`` when given), or a rate predictor
-    over groups of ``group_size`` rows (its groups of slots: ``prior_groups``, or one)."""
-    if predictor == "streak":
-        prior = GroupPrior.new(prior_groups) if prior_groups is not None else None
-        return StreakPredictor(ExploreProbs(target, min_draw_prob), prior)
-    if group_size is None:
-        raise ValueError(f"skip_predictor={predictor!r} needs the rows of a group (num_generations).")
-    if predictor == "success_rate":
-        return SuccessRatePredictor(SuccessRates.new(group_size, num_slots, prior_groups), min_draw_prob)
-    raise ValueError(f"Unknown skip_predictor {predictor!r}: 'streak' or 'success_rate'.")

@@ -1,16 +1,15 @@
 """The package's state in a trainer, in one typed home: ``ZeroStdState`` holds the settings, the task-reward range,
-the stall monitor and, when dynamic sampling, prompt skipping or per-prompt budgets are on, the ``BatchRefiller``
-(prompt stream and skipper). ``build_state`` is the one place that turns settings into objects: the refill is on
-exactly when ``state.refiller`` exists (dynamic sampling, prompt skipping, budgets), prompt skipping exactly when
-``state.skipper`` exists, and no code reads those switches again; the refill reads its own mode (dynamic sampling,
-its screen, budgets) from the settings it holds.
+the stall monitor and, when dynamic sampling or prompt skipping is on, the ``BatchRefiller`` (prompt stream and
+skipper). ``build_state`` is the one place that turns settings into objects: the refill is on exactly when
+``state.refiller`` exists, prompt skipping exactly when ``state.skipper`` exists, and no code reads those switches
+again; the refill reads whether it is dynamic sampling from the settings it holds.
 
 A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
 stream's place, the refill's decayed group counts), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
-skipper's tensors (two bytes a dataset row and the predictor's, too large for JSON). On resume, a setting that
-configures an object with state (``config.STATEFUL_FIELDS``) must be the checkpoint's, or the state would not fit the
-object; one that decides only how each batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is
-reported. A checkpoint without the file (TRL's own) leaves the state as built: the stream and skipper start fresh.
+skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a setting that decides only how each
+batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported; every other one configures an
+object with state and must be the checkpoint's, or the state would not fit the object. A checkpoint without the
+file (TRL's own) leaves the state as built: the stream and skipper start fresh.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from datasets import IterableDataset
 
 from . import core
 from ._trl import ENVIRONMENT_PLACEHOLDER
-from .config import PER_BATCH_FIELDS, ZeroStdArguments, check_compatible
+from .config import PER_BATCH_FIELDS, REMOVED_FIELDS, ZeroStdArguments, check_compatible, removed_field_error
 from .monitor import StallMonitor, stall_advice
 from .refill import BatchRefiller
 from .sampling import STREAM_SEED_OFFSET, PromptStream, RowStream
@@ -61,10 +60,9 @@ class ZeroStdState:
         truncated: torch.Tensor,
         rejected: torch.Tensor,
         num_generations: int,
-        empty: torch.Tensor | None = None,
     ) -> core.RowPlan:
         """The gathered batch's ``RowPlan`` under the settings, after widening ``reward_range`` by its valid rows
-        (``(N,)`` task rewards, ``(N, K)`` rewards per function, ``(N,)`` truncated, rejected and empty slots)."""
+        (``(N,)`` task rewards, ``(N, K)`` rewards per function, ``(N,)`` truncated and rejected)."""
         settings = self.settings
         self.reward_range = core.widen_reward_range(self.reward_range, task_rewards, ~(truncated | rejected))
         return core.decide_row_plan(
@@ -75,10 +73,8 @@ class ZeroStdState:
             rejected=rejected,
             mask_zero_std_groups=settings.mask_zero_std_groups,
             zero_std_atol=settings.zero_std_atol,
-            exclude_masked_from_baseline=settings.exclude_masked_from_baseline,
             zero_std_kl=settings.zero_std_kl,
             reward_range=self.reward_range,
-            empty=empty,
         )
 
     def state_dict(self) -> dict:
@@ -96,7 +92,7 @@ class ZeroStdState:
         """Restore ``state`` (``state_dict``'s); returns a notice naming the per-batch settings that changed, if any.
         A changed setting of an object with state is refused, naming each: that object was built from this run's
         settings and the checkpoint's state would not fit it."""
-        saved = asdict(ZeroStdArguments(**state["settings"]))
+        saved = asdict(ZeroStdArguments(**checkpoint_settings(state["settings"])))
         changed = {k: (getattr(self.settings, k), v) for k, v in saved.items() if getattr(self.settings, k) != v}
         refused = [f"{k}: this run {now!r}, the checkpoint {then!r}"
                    for k, (now, then) in changed.items() if k not in PER_BATCH_FIELDS]  # fmt: skip
@@ -134,7 +130,6 @@ class ZeroStdState:
             on = {
                 "dynamic_sampling": self.settings.dynamic_sampling,
                 "skip_zero_std_prompts": self.settings.skip_zero_std_prompts,
-                "per_prompt_budgets": self.settings.per_prompt_budgets,
             }
             features = " and ".join(name for name, is_on in on.items() if is_on)
             return [
@@ -148,6 +143,17 @@ class ZeroStdState:
         if self.skipper is not None and os.path.exists(skip_state):
             self.skipper.load_state_dict(torch.load(skip_state))
         return [notice] if notice else []
+
+
+def checkpoint_settings(saved: dict) -> dict:
+    """The settings of a checkpoint's ``trl_zerostd.json`` without the fields of ``REMOVED_FIELDS`` that hold the
+    value now always in force (an earlier version wrote every field); one set otherwise ran a feature that is gone
+    and is refused, naming it and what to use instead."""
+    removed = [name for name in saved if name in REMOVED_FIELDS]
+    departed = [name for name in removed if saved[name] != REMOVED_FIELDS[name][0]]
+    if departed:
+        raise removed_field_error(departed, "The checkpoint's trl_zerostd.json")
+    return {name: value for name, value in saved.items() if name not in removed}
 
 
 def build_state(
@@ -164,17 +170,16 @@ def build_state(
     reward_func_names: list[str] | None = None,
 ) -> ZeroStdState:
     """The state of a run, checked against TRL's config (``trl_args``, ``trainer_kind``: "grpo" or "rloo"); with
-    dynamic sampling, prompt skipping or budgets, the refill over ``train_dataset``, whose dataset-dependent settings
-    are checked here (a ValueError names the setting at fault)."""
-    check_compatible(settings, trl_args, trainer_kind)
+    dynamic sampling or prompt skipping, the refill over ``train_dataset``, whose dataset-dependent settings are
+    checked here (a ValueError names the setting at fault)."""
+    check_compatible(settings, trl_args, trainer_kind, has_rollout_func)
     advice = partial(
         stall_advice, zero_std_kl=settings.zero_std_kl, dynamic_sampling=settings.dynamic_sampling,
         beta=getattr(trl_args, "beta", 0.0), kind=trainer_kind,
     )  # fmt: skip
     monitor = StallMonitor(advice=advice)
     refiller = None
-    if settings.dynamic_sampling or settings.skip_zero_std_prompts or settings.per_prompt_budgets:
-        check_rollout_alignment(trl_args, has_rollout_func)
+    if settings.dynamic_sampling or settings.skip_zero_std_prompts:
         stream, skipper = prompt_source(
             settings, train_dataset, trl_args.seed, num_generations, shuffle_dataset, has_environments
         )
@@ -182,20 +187,6 @@ def build_state(
         refiller = BatchRefiller(settings, stream, dataset, num_generations, world_size, rank, skipper)
     decisive = core.decisive_functions(reward_func_names or [], settings.zero_std_reward_funcs)
     return ZeroStdState(settings, monitor, refiller, decisive)
-
-
-def check_rollout_alignment(trl_args, has_rollout_func: bool) -> None:
-    """A refill round hands a rollout_func rows that are not aligned groups of num_generations copies (a screen's few
-    rows a prompt, a round's share on a rank), and TRL's server path needs them aligned: a rollout that asks the server
-    for num_generations completions of every num_generations-th prompt would train on another prompt's."""
-    if has_rollout_func and getattr(trl_args, "use_vllm", False) and getattr(trl_args, "vllm_mode", "") == "server":
-        raise ValueError(
-            "dynamic_sampling, skip_zero_std_prompts and per_prompt_budgets with a rollout_func under use_vllm=True, "
-            "vllm_mode='server': "
-            "a refill round's rows are not aligned groups of num_generations copies, which TRL's server path "
-            "assumes, so a completion could be trained against another prompt. Use vllm_mode='colocate', or turn "
-            "dynamic_sampling, skip_zero_std_prompts and per_prompt_budgets off."
-        )
 
 
 def prompt_source(
@@ -206,11 +197,10 @@ def prompt_source(
     shuffle_dataset: bool | None,
     has_environments: bool,
 ) -> tuple[PromptStream | RowStream, PromptSkipper | None]:
-    """The seeded prompt stream over ``dataset`` and, with prompt skipping or budgets, the skipper that keeps the
-    prompt histories (budgets read its success rates; only prompt skipping draws by them)."""
+    """The seeded prompt stream over ``dataset`` and, with prompt skipping, the skipper that keeps the prompt
+    histories."""
     key, prior_key = settings.skip_history_key, settings.skip_prior_key
-    skipping = settings.skip_zero_std_prompts or settings.per_prompt_budgets  # the histories serve both
-    predictor, group_size = settings.skip_predictor, num_generations
+    skipping, floor = settings.skip_zero_std_prompts, settings.skip_min_draw_prob
     if isinstance(dataset, IterableDataset):
         if prior_key is not None:
             raise ValueError(
@@ -223,8 +213,7 @@ def prompt_source(
         )
         if not skipping:
             return stream, None
-        target, floor = settings.skip_target_zero_std_frac, settings.skip_min_draw_prob
-        return stream, PromptSkipper.streaming(target, floor, predictor=predictor, group_size=group_size)
+        return stream, PromptSkipper.streaming(floor, num_generations)
     stream = PromptStream(len(dataset), seed)
     if not skipping:
         return stream, None
@@ -244,12 +233,10 @@ def prompt_source(
             raise ValueError(f"{name}={column!r} is not a column of the train_dataset (columns: {columns}).")
     return stream, PromptSkipper.new(
         len(dataset),
-        settings.skip_target_zero_std_frac,
-        settings.skip_min_draw_prob,
+        floor,
+        num_generations,
         keys=None if key is None else [repr(value) for value in dataset[key]],
         prior_groups=None if prior_key is None else [repr(value) for value in dataset[prior_key]],
-        predictor=predictor,
-        group_size=group_size,
     )
 
 

@@ -1,18 +1,17 @@
-"""The rate predictors of prompt skipping; a prompt is drawn by the chance that its next group is informative:
+"""Prompt skipping's predictor: the chance that a prompt's next group is informative, from what its earlier groups
+gave (``SuccessRates``): a per-prompt success rate over its recent groups, Beta-distributed around its group's rate
+(a ``skip_prior_key`` value), mixed with the chance that the prompt is stuck (ties on one side in every group).
 
-- ``"success_rate"``: a per-prompt success rate over its recent groups, Beta-distributed around its group's rate
-  (a ``skip_prior_key`` value), gives that chance (beta-binomial);
-
-No trainer or TRL import. Slots and groups as in ``predictors.py``; ``G = num_generations``.
+No trainer or TRL import. Prompts are seen through history slots (``skipping.PromptSkipper`` maps prompts to them);
+``G = num_generations``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
-
-from .predictors import MISMATCH_RATES, PRIOR_DECAY, Outcome, PromptHistory, dense_ids
 
 SUCCESS_DECAY = 0.5  # each new group of a prompt halves the weight of its earlier ones
 RATE_PRIOR_ROWS = 4.0  # the group's rate weighs as much as this many rows of the prompt's own
@@ -20,6 +19,23 @@ GROUP_RATE_PRIOR_ROWS = 2.0  # a group's rate starts at 0.5 weighing this many r
 RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so that both Beta parameters are > 0
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
+PRIOR_DECAY = 0.9  # per generation batch: a group's rate looks back ~10 batches
+
+
+class Outcome(IntEnum):
+    """What one group of a prompt gave."""
+
+    INFORMATIVE = 0
+    ALL_LOW = 1  # zero-variance, tied nearer the lowest task reward seen in training (binary verifier: all wrong)
+    ALL_HIGH = 2  # zero-variance, tied nearer the highest (binary verifier: all right)
+
+
+def dense_ids(values: list) -> tuple[torch.Tensor, int]:
+    """``(len(values),)`` long: each value's index among the distinct values in order of first appearance; and how
+    many distinct values there are."""
+    index: dict = {}
+    ids = torch.tensor([index.setdefault(value, len(index)) for value in values], dtype=torch.long)
+    return ids, len(index)
 
 
 def informative_prob(successes: torch.Tensor, failures: torch.Tensor, group_size: int | torch.Tensor) -> torch.Tensor:
@@ -55,7 +71,7 @@ def stuck_prob(
 
 @dataclass
 class SuccessRates:
-    """The ``"success_rate"`` predictor. Per history slot: the successes and valid rows of its groups, each new group
+    """Prompt skipping's predictor. Per history slot: the successes and valid rows of its groups, each new group
     of the prompt halving the weight of its earlier ones (``SUCCESS_DECAY``); per group of slots (a ``skip_prior_key``
     value; one group without it): the same over about the last 10 generation batches (``PRIOR_DECAY``), from 0.5
     weighing ``GROUP_RATE_PRIOR_ROWS`` rows. A prompt's success rate is ``Beta``: its group's rate weighing
@@ -68,7 +84,7 @@ class SuccessRates:
     pass after pass falls to the floor within a few groups; one that split once is never stuck, and is drawn as
     its success rate says (at least as often as without the mixture). The chance that its next group is informative
     is ``(1 - P(stuck)) * P_beta(informative)``; it is drawn with probability ``(that / P_best) ** DRAW_POWER``,
-    ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. 13 bytes a slot."""
+    ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. 21 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
@@ -117,25 +133,20 @@ class SuccessRates:
         rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
 
-    def beta(self, slots: torch.Tensor, own: bool | torch.Tensor = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def beta(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k,)`` float64 ``Beta`` parameters of each slot's prompt's success rate: its group's rate weighing
-        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures (``own`` False, or ``(k,)`` bool False
-        where: of a never-drawn prompt of the slot's group)."""
+        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        own = torch.as_tensor(own, dtype=torch.float64)
-        successes, rows = self.successes[slots].double() * own, self.rows[slots].double() * own
+        successes, rows = self.successes[slots].double(), self.rows[slots].double()
         failures = (rows - successes).clamp(min=0)
         return prior + successes, RATE_PRIOR_ROWS - prior + failures
 
-    def informative_prob(self, slots: torch.Tensor, own: bool | torch.Tensor = True) -> torch.Tensor:
-        """``(k,)`` predicted probability that the next group of each slot's prompt is informative (``own`` False,
-        or ``(k,)`` bool False where: of a never-drawn prompt of the slot's group): not stuck, and informative by its
-        success rate's ``Beta``."""
+    def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
+        """``(k,)`` predicted probability that the next group of each slot's prompt is informative: not stuck, and
+        informative by its success rate's ``Beta``."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        own = torch.as_tensor(own)
-        one_sided, split = self.one_sided[slots] * own, self.split[slots] & own
-        not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, one_sided, split)
-        return not_stuck * informative_prob(*self.beta(slots, own), self.group_size)
+        not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, self.one_sided[slots], self.split[slots])
+        return not_stuck * informative_prob(*self.beta(slots), self.group_size)
 
     def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
         """``(k,)`` probability of drawing each slot's prompt."""
@@ -157,38 +168,12 @@ class SuccessRates:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore ``state_dict``'s; a checkpoint of another dataset or ``skip_prior_key`` is refused."""
+        if state["group_counts"].shape != self.group_counts.shape or len(state["successes"]) != len(self.successes):
+            raise ValueError(
+                "The checkpoint's prompt-skip success rates do not match this run's: the train_dataset, "
+                "skip_history_key or skip_prior_key (or the number of its values) differs from the checkpointed run's."
+            )
         self.successes, self.rows = state["successes"].float(), state["rows"].float()
         self.group_counts = state["group_counts"].double()
         self.one_sided, self.split = state["one_sided"].float(), state["split"].bool()
-
-
-@dataclass
-class SuccessRatePredictor:
-    """Draws by each slot's success rate (``SuccessRates.draw_prob``), never below ``min_draw_prob``."""
-
-    rates: SuccessRates
-    min_draw_prob: float
-
-    def draw_prob(self, slots: torch.Tensor, history: PromptHistory) -> torch.Tensor:
-        return self.rates.draw_prob(slots, self.min_draw_prob)
-
-    def record(
-        self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor | None, rows: torch.Tensor | None
-    ) -> None:
-        assert successes is not None and rows is not None, "PromptSkipper.record refuses a rate predictor without them"
-        self.rates.record(slots, outcomes, successes, rows)
-
-    def clear(self, slots: torch.Tensor) -> None:
-        self.rates.clear(slots)
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {"kind": "success_rate", "rates": self.rates.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        counts = state["rates"]["group_counts"] if state.get("kind") == "success_rate" else None
-        if counts is None or counts.shape != self.rates.group_counts.shape:
-            raise ValueError(MISMATCH_RATES)
-        self.rates.load_state_dict(state["rates"])

@@ -9,10 +9,12 @@ checksums before and after, and rank 0's logs. Scenarios:
   ``zero_std_normalization="exclude"`` (one rank's rows all leave its loss, the other's all stay);
 - ``dynamic``: dynamic sampling over four prompts, "1+1=" tied, two steps;
 - ``dynamic_cap``: dynamic sampling with a constant reward, so every group is zero-variance and the cap is reached;
-- ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps.
-- ``skipping_empty``: prompt skipping alone with ``skip_refill=False`` (empty slots), six steps.
+- ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps;
+  ``skipping_streaming`` the same over a streaming dataset (histories keyed by hashed prompts);
+- ``skipping_alone``: prompt skipping without dynamic sampling (a skipped prompt's place goes to the next prompt
+  drawn), six steps.
 
-Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base] [skip|noskip]
+Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base]
 """
 
 import contextlib
@@ -61,27 +63,12 @@ SCENARIOS = {
     },
     "skipping": {
         "prompts": list(COMPLETIONS),
-        "config": {
-            "dynamic_sampling": True,
-            "skip_zero_std_prompts": True,
-            "skip_predictor": "streak",
-            "max_steps": 3,
-        },
+        "config": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "max_steps": 3},
         "reward": answer_reward,
     },
-    "skipping_empty": {  # skip_refill=False: a skipped prompt's place stays an empty slot
+    "skipping_alone": {  # no dynamic sampling: a skipped prompt's place goes to the next prompt drawn
         "prompts": list(COMPLETIONS),
-        "config": {
-            "skip_zero_std_prompts": True,
-            "skip_predictor": "streak",
-            "skip_refill": False,
-            "max_steps": 6,
-        },
-        "reward": answer_reward,
-    },
-    "budgets": {  # a tie stops at its first 2 rows (2 empty slots); the informative prompts get 2 more
-        "prompts": list(COMPLETIONS),
-        "config": {"per_prompt_budgets": True, "budget_continue_prob": 1.0, "max_steps": 3},
+        "config": {"skip_zero_std_prompts": True, "max_steps": 6},
         "reward": answer_reward,
     },
 }
@@ -160,7 +147,7 @@ def checksum(model):
         )
 
 
-def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", skip="skip"):
+def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):
     trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
     setup = SCENARIOS[scenario]
     if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
@@ -173,9 +160,7 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
     )  # fmt: skip
     tokenizer = build_tokenizer()
     settings = {**settings, **setup["config"]}
-    if trainer == "ours":
-        settings["skip_masked_rows"] = skip == "skip"
-    else:
+    if trainer != "ours":
         settings = {key: value for key, value in settings.items() if key not in ZERO_STD_FIELDS}
     dataset = Dataset.from_dict({"prompt": setup["prompts"]})
     trainer = trainer_cls(
@@ -203,16 +188,14 @@ def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours", sk
     }
     skipper = trainer.zero_std.skipper if isinstance(trainer, ZeroStdAdapter) else None  # TRL's own: no skipper
     if skipper is not None:
-        slots = range(len(skipper.history.kind))
+        slots = list(range(len(skipper.rates.successes)))
         if skipper.hashed is not None:  # the slots in use, by the key that holds each
             slots = skipper.hashed.keys.nonzero().view(-1).tolist()
             result["skip_keys"] = skipper.hashed.keys[slots].tolist()
-        result["skip_history"] = {
-            "kind": skipper.history.kind[slots].tolist(),
-            "streak": skipper.history.streak[slots].tolist(),
+        rates = skipper.rates.state_dict()  # per slot, but group_counts: per group of slots
+        result["skip_rates"] = {
+            name: (value if name == "group_counts" else value[slots]).tolist() for name, value in rates.items()
         }
-        explore = getattr(skipper.predictor, "explore", None)  # the streak's; budgets keep success rates
-        result["explore_probs"] = explore.state_dict() if explore is not None else None
     if rank == 0:
         result["logs"] = [entry for entry in trainer.state.log_history if "zero_std/masked_group_frac" in entry]
     with open(f"{out_dir}/rank{rank}.json", "w") as f:

@@ -8,13 +8,13 @@ tests.launch.resume_worker``; ``accelerate launch -m`` for 2 processes):
 
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
-the stream, the history is keyed by hashed prompts); ``ours-rate`` the same as ``ours`` with the success-rate
-predictor and a prior by prompt text; ``ours-budgets`` per-prompt budgets on that predictor, with skipping and
-``keep_failed``, without dynamic sampling; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a
-hash of every parameter's bytes and the logged metrics of each step (timings dropped).
+the stream, the history is keyed by hashed prompts); ``ours-prior`` the same as ``ours`` with the success rates'
+prior by prompt text; ``ours-skipping`` prompt skipping (prior by prompt text) and ``keep_failed`` without dynamic
+sampling; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash of every parameter's bytes
+and the logged metrics of each step (timings dropped).
 
 Usage: python -m tests.launch.resume_worker MODEL_DIR RUN_DIR full|kill|resume
-       ours|ours-streaming|ours-rate|ours-budgets|base [KILLED_RUN_DIR]
+       ours|ours-streaming|ours-prior|ours-skipping|base [KILLED_RUN_DIR]
 """
 
 import hashlib
@@ -32,22 +32,12 @@ from tests.support.trainers import BASE_CLASSES, OUR_CLASSES
 
 CHECKPOINT_STEP, MAX_STEPS, GLOBAL_BATCH = 3, 6, 32
 TIMING_KEYS = ("step_time",)
-OURS = {
-    "dynamic_sampling": True,
-    "skip_zero_std_prompts": True,
-    "skip_predictor": "streak",
-    "zero_std_kl": "keep_failed",
-}
+OURS = {"dynamic_sampling": True, "skip_zero_std_prompts": True, "zero_std_kl": "keep_failed"}
 SETTINGS = {
     "ours": OURS,
     "ours-streaming": OURS,
-    "ours-rate": {**OURS, "skip_predictor": "success_rate", "skip_prior_key": "prompt"},
-    "ours-budgets": {
-        **{k: v for k, v in OURS.items() if k != "dynamic_sampling"},
-        "per_prompt_budgets": True,
-        "skip_predictor": "success_rate",
-        "skip_prior_key": "prompt",
-    },  # fmt: skip
+    "ours-prior": {**OURS, "skip_prior_key": "prompt"},
+    "ours-skipping": {"skip_zero_std_prompts": True, "skip_prior_key": "prompt", "zero_std_kl": "keep_failed"},
     "base": {},
 }
 

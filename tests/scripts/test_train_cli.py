@@ -80,7 +80,7 @@ def test_reward_summary_compares_first_and_last_steps():
 def test_package_flags_are_stripped_for_trl_configs():
     from examples.train_cli import without_package_flags
 
-    argv = ["--max_steps", "5", "--zero_std_normalization", "exclude", "--skip_masked_rows=false", "--beta", "0.1"]
+    argv = ["--max_steps", "5", "--zero_std_normalization", "exclude", "--mask_zero_std_groups=false", "--beta", "0.1"]
     assert without_package_flags(argv) == ["--max_steps", "5", "--beta", "0.1"]
 
 

@@ -1,4 +1,4 @@
-"""The budgets study's wall-time table against base TRL made again under the later arms' load."""
+"""The wall-time table against base TRL made again (`trl-rerun`) under the later arms' load."""
 
 from benchmarks.time_to_accuracy_checks import wall_against_rerun
 

@@ -1,5 +1,5 @@
 """What the refill tests share (``tests/trainer/test_dynamic_sampling.py``, ``test_prompt_skipping.py``,
-``test_empty_slots.py``, ``test_refill_inputs.py``): four prompts of which one always ties, completions that make the
+``test_refill_inputs.py``): four prompts of which one always ties, completions that make the
 others informative, the groups a batch trained, and the check that a batch trains as TRL's."""
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ def assert_trains_as_trl(ours, ours_batch, base, base_batch):
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
-SKIP = {"skip_zero_std_prompts": True, "skip_predictor": "streak", "beta": 0.1}
-EMPTY_SLOTS = {**SKIP, "skip_refill": False}  # a skipped prompt's place stays an empty slot
+SKIP = {"skip_zero_std_prompts": True, "beta": 0.1}
 
 
 def trained_groups(trainer, steps):

@@ -15,12 +15,8 @@ GLOBAL_BATCH = 8
 FEATURES = {
     "masking": {},
     "dynamic": {"dynamic_sampling": True},
-    "screen": {"dynamic_sampling": True, "dynamic_sampling_screen": 2},
-    "skipping": {"skip_zero_std_prompts": True, "skip_predictor": "streak"},
-    "empty_slots": {"skip_zero_std_prompts": True, "skip_predictor": "streak", "skip_refill": False},
-    "dynamic_skipping": {"dynamic_sampling": True, "skip_zero_std_prompts": True, "skip_predictor": "streak"},
-    "budgets": {"per_prompt_budgets": True, "budget_continue_prob": 1.0},  # a tie stops at 2 rows: empty slots
-    "budgets_yield": {"per_prompt_budgets": True, "budget_stop_rule": "yield"},  # rounds of 2, then the rest
+    "skipping": {"skip_zero_std_prompts": True},
+    "dynamic_skipping": {"dynamic_sampling": True, "skip_zero_std_prompts": True},
 }
 
 

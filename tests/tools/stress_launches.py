@@ -3,7 +3,7 @@ ZeRO-3, both trainers, masking on/off, dynamic sampling and prompt skipping, and
 cleanly (non-zero exit code, or the C++ abort message ``terminate called`` anywhere in their output).
 
     python -m tests.tools.stress_launches --launches 50          # about 7 minutes on 2 CPU cores
-    python -m tests.tools.stress_launches --launches 10 --kinds ddp-grpo-masking fsdp2-rloo-noskip
+    python -m tests.tools.stress_launches --launches 10 --kinds ddp-grpo-masking fsdp2-rloo
     python -m tests.tools.stress_launches --launches 20 --kinds torch-gloo-no-destroy torch-gloo-destroy
     python -m tests.tools.stress_launches --launches 52 --kinds user-ddp-grpo-skipping user-ddp-rloo-masking \
         user-fsdp2-grpo user-zero3-grpo    # scripts without end_run: the trainer's exit handler alone
@@ -45,8 +45,8 @@ KINDS = {
     "ddp-grpo-dynamic": (DDP, ["grpo", "dynamic"], {}),
     "ddp-grpo-dynamic-cap": (DDP, ["grpo", "dynamic_cap"], {}),
     "ddp-grpo-skipping": (DDP, ["grpo", "skipping"], {}),
-    "fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours", "skip"], FSDP_ENV),
-    "fsdp2-rloo-noskip": (FSDP2, ["rloo", "masking", "ours", "noskip"], FSDP_ENV),
+    "fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours"], FSDP_ENV),
+    "fsdp2-rloo": (FSDP2, ["rloo", "masking", "ours"], FSDP_ENV),
     "zero3-grpo": (ZERO3, ["grpo", "masking"], ZERO3_ENV),
     "zero3-rloo": (ZERO3, ["rloo", "masking"], ZERO3_ENV),
 }
@@ -54,7 +54,7 @@ NO_END_RUN = {"ZEROSTD_WORKER_END_RUN": "0"}  # a user's script: no end_run, our
 USER_KINDS = {
     "user-ddp-grpo-skipping": (DDP, ["grpo", "skipping"], NO_END_RUN),
     "user-ddp-rloo-masking": (DDP, ["rloo", "masking"], NO_END_RUN),
-    "user-fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours", "skip"], {**FSDP_ENV, **NO_END_RUN}),
+    "user-fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours"], {**FSDP_ENV, **NO_END_RUN}),
     "user-zero3-grpo": (ZERO3, ["grpo", "masking"], {**ZERO3_ENV, **NO_END_RUN}),
     "user-ddp-base-trl": (DDP, ["grpo", "masking", "base"], NO_END_RUN),  # TRL's trainer: no handler (control)
 }

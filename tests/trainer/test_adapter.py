@@ -201,33 +201,33 @@ def scored_with_counts(trainer, prompts, completions):
 @pytest.mark.parametrize("case", list(SCORING_CASES))
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_scoring_forwards_skip_masked_rows_and_change_nothing_else(make_trainer, kind, case):
-    """skip_masked_rows: the reference and old-policy forwards see the unmasked rows only; the batch, the loss and
-    the gradients are those of the full forwards, and so is every logged metric but those RLOO takes from the KL."""
+    """The reference and old-policy forwards see the unmasked rows only, where TRL's see every row: the trained rows'
+    log-probs are TRL's, and loss and gradients are TRL's on its own batch with our advantages and loss mask."""
     completions, config, kept = SCORING_CASES[case]
     results = {}
-    for skip in (True, False):
-        trainer = make_trainer(kind, skip_masked_rows=skip, **SCORING_CONFIG[kind], **config)
+    for ours in (True, False):
+        trainer = make_trainer(kind, ours=ours, **SCORING_CONFIG[kind], **config)
         move_policy_away(trainer.model)
-        batch, policy_rows, reference_rows = scored_with_counts(trainer, MIXED_PROMPTS, completions)
-        results[skip] = (trainer, batch, (policy_rows, reference_rows), *loss_and_grads(trainer, batch))
-    (ours, skip_batch, skip_rows, skip_loss, skip_grads) = results[True]
-    (full, full_batch, full_rows, full_loss, full_grads) = results[False]
-    assert (skip_rows, full_rows) == ((kept, kept), (8, 8))
+        results[ours] = (trainer, *scored_with_counts(trainer, MIXED_PROMPTS, completions))
+    (ours, ours_batch, *ours_rows), (base, base_batch, *base_rows) = results[True], results[False]
+    assert (ours_rows, base_rows) == ([kept, kept], [8, 8])
 
-    trains = skip_batch["completion_mask"].sum(dim=1) > 0
-    assert int(trains.sum()) == kept and grad_norm(skip_grads) > 1e-4
-    assert skip_batch.keys() == full_batch.keys()
-    for key in skip_batch.keys() - {"old_per_token_logps", "ref_per_token_logps", "old_logps"}:
-        assert torch.equal(skip_batch[key], full_batch[key]), key
-    for key in skip_batch.keys() & {"old_per_token_logps", "ref_per_token_logps", "old_logps"}:
-        torch.testing.assert_close(skip_batch[key][trains], full_batch[key][trains], msg=key)
-        assert not skip_batch[key][~trains].any(), key  # skipped: 0 (RLOO's old_logps of masked rows: 0 anyway)
-    torch.testing.assert_close(skip_loss, full_loss)
-    assert_grads_close(skip_grads, full_grads, rtol=1e-5, atol=1e-7)
+    trains = ours_batch["completion_mask"].sum(dim=1) > 0
+    assert int(trains.sum()) == kept
+    assert ours_batch.keys() >= base_batch.keys()
+    for key in base_batch.keys() & {"old_per_token_logps", "ref_per_token_logps", "old_logps"}:
+        torch.testing.assert_close(ours_batch[key][trains], base_batch[key][trains], msg=key)
+        assert not ours_batch[key][~trains].any(), key  # skipped: 0 (RLOO's old_logps of masked rows: 0 anyway)
+    base_batch["advantages"], base_batch["completion_mask"] = ours_batch["advantages"], ours_batch["completion_mask"]
+    ours_loss, ours_grads = loss_and_grads(ours, ours_batch)
+    base_loss, base_grads = loss_and_grads(base, base_batch)
+    assert grad_norm(ours_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
-    skip_metrics, full_metrics = ours._metrics["train"], full._metrics["train"]
-    assert skip_metrics.keys() == full_metrics.keys()
-    changed = {key for key in skip_metrics if skip_metrics[key] != full_metrics[key]}
+    ours_metrics, base_metrics = ours._metrics["train"], base._metrics["train"]
+    assert ours_metrics.keys() >= base_metrics.keys()
+    changed = {key for key in base_metrics if ours_metrics[key] != base_metrics[key]}
     # RLOO folds beta * KL into TRL's reward: its kl, and frac_reward_zero_std where a tied group is skipped, see the
     # skipped rows' KL as 0
     rloo_changed = {"kl"} if case == "unscorable" else {"kl", "frac_reward_zero_std"}
@@ -246,38 +246,26 @@ def test_all_masked_batch_forwards_one_row_while_scoring(make_trainer):
     assert (policy_rows, reference_rows) == (1, 1) and batch["completion_mask"].sum() == 0
 
 
-def test_rloo_forwards_the_masked_rows_its_statistics_keep(make_trainer):
-    """exclude_masked_from_baseline=False: the tied rows stay in RLOO's statistics, KL penalty included, so they are
-    forwarded; the outputs are those of the full forwards."""
-    config = dict(SCORING_CONFIG["rloo"], exclude_masked_from_baseline=False, normalize_advantages=True)
-    batches = {}
-    for skip in (True, False):
-        trainer = make_trainer("rloo", skip_masked_rows=skip, **config)
-        move_policy_away(trainer.model)
-        batches[skip], *rows = scored_with_counts(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
-        assert rows == [8, 8]
-    for key in batches[True]:
-        assert torch.equal(batches[True][key], batches[False][key]), key
-
-
 def test_vllm_importance_sampling_keeps_the_old_forward_whole(make_trainer):
     """Under vLLM importance-sampling correction the old-policy forward gives the ratio that may reject a row, so it
-    forwards every row; the reference forward still skips. (vLLM itself is not needed: its sampling log-probs are
-    fed through the stubbed generation.)"""
+    forwards every row, as TRL's; the reference forward still skips. (vLLM itself is not needed: its sampling
+    log-probs are fed through the stubbed generation.)"""
     results = {}
-    for skip in (True, False):
-        trainer = make_trainer(skip_masked_rows=skip, beta=0.1, vllm_importance_sampling_mode="sequence_mask")
+    for ours in (True, False):
+        trainer = make_trainer(ours=ours, beta=0.1, vllm_importance_sampling_mode="sequence_mask")
         trainer.use_vllm = True
         stub_generation(trainer, TIED + INFORMATIVE, logprobs=lambda row, ids: [-1.0] * len(ids))
         policy, reference = ForwardCounter(trainer.model), ForwardCounter(trainer.ref_model)
         policy.counting = reference.counting = True
         trainer.model.train()
         batch = trainer._generate_and_score_completions(rows_of(trainer, MIXED_PROMPTS))
-        results[skip] = (batch, policy.rows, reference.rows)
-    (skip_batch, *skip_rows), (full_batch, *full_rows) = results[True], results[False]
-    assert (skip_rows, full_rows) == ([8, 4], [8, 8])
-    for key in ("advantages", "completion_mask", "importance_sampling_ratio", "old_per_token_logps"):
-        assert torch.equal(skip_batch[key], full_batch[key]), key
+        results[ours] = (batch, policy.rows, reference.rows)
+    (ours_batch, *ours_rows), (base_batch, *base_rows) = results[True], results[False]
+    assert (ours_rows, base_rows) == ([8, 4], [8, 8])
+    for key in ("advantages", "importance_sampling_ratio", "old_per_token_logps"):
+        torch.testing.assert_close(ours_batch[key], base_batch[key], msg=key)
+    assert torch.equal(ours_batch["completion_mask"][4:], base_batch["completion_mask"][4:])
+    assert not ours_batch["completion_mask"][:4].any() and base_batch["completion_mask"][:4].all(dim=1).any()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -339,12 +327,11 @@ def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind)
         assert columns["turns"] == list(range(8)) and columns["env"] == ["calc"] * 8
 
 
-@pytest.mark.parametrize("skip", [True, False])
-def test_rewards_are_scored_right_after_generation(make_trainer, skip):
+def test_rewards_are_scored_right_after_generation(make_trainer):
     """The plan is decided once, right after generation and scoring: the rewards come before TRL's scoring
-    forwards, whether those skip masked rows or not."""
+    forwards."""
     events = []
-    trainer = make_trainer(reward_funcs=recording_reward([], events), skip_masked_rows=skip, **SCORING_CONFIG["grpo"])
+    trainer = make_trainer(reward_funcs=recording_reward([], events), **SCORING_CONFIG["grpo"])
     trainer.model.register_forward_pre_hook(lambda *_: events.append("forward"))
     trainer.ref_model.register_forward_pre_hook(lambda *_: events.append("forward"))
     train_batch(trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
@@ -361,32 +348,42 @@ def test_group_mixing_prompts_is_an_error(make_trainer, kind):
         trainer._generate_and_score_completions(rows)
 
 
+TRUNCATED_INFORMATIVE = ["5 x|"] + INFORMATIVE[1:]  # the first row truncated (masked by TRL), the rest informative
+
+
 @pytest.mark.parametrize("normalization", ["keep", "exclude"])
 @pytest.mark.parametrize(("kind", "loss_type"), [*(("grpo", loss) for loss in LOSS_TYPES), ("rloo", None)])
 def test_skipping_masked_rows_in_the_loss_changes_nothing_but_compute(make_trainer, kind, loss_type, normalization):
-    """Rows with no active token (tied group, a truncated row) are not forwarded in the loss; loss and gradients
-    equal the full forward's."""
-    results = {}
-    for skip in (True, False):
-        config = {"loss_type": loss_type} if loss_type else {}
-        trainer = make_trainer(
-            kind,
-            beta=0.1,
-            zero_std_normalization=normalization,
-            skip_masked_rows=skip,
-            mask_truncated_completions=True,
-            **config,
-        )
+    """Rows with no active token (tied group, a truncated row) are not forwarded in the loss: the loss forward sees
+    the 3 rows that train. Loss and gradients are TRL's, forwarding every row it is given, with our advantages:
+    under "keep" on the whole batch with the tied rows' tokens out of its loss mask (bnpo, whose normaliser counts
+    that mask, scaled back to every row's tokens), under "exclude" on the informative group alone."""
+    config = dict(beta=0.1, mask_truncated_completions=True, **({"loss_type": loss_type} if loss_type else {}))
+    ours = make_trainer(kind, zero_std_normalization=normalization, **config)
+    base = make_trainer(kind, ours=False, **config)
+    for trainer in (ours, base):
         move_policy_away(trainer.model)
-        batch = train_batch(trainer, MIXED_PROMPTS, TIED + ["5 x|"] + INFORMATIVE[1:])
+    ours_batch = train_batch(ours, MIXED_PROMPTS, TIED + TRUNCATED_INFORMATIVE)
+    scale = 1.0
+    if normalization == "keep":
+        base_batch = train_batch(base, MIXED_PROMPTS, TIED + TRUNCATED_INFORMATIVE)
+        base_batch["advantages"] = ours_batch["advantages"]
+        if loss_type == "bnpo":
+            scale = (base_batch["completion_mask"][4:].sum() / base_batch["completion_mask"].sum()).item()
+        base_batch["completion_mask"][:4] = 0
+    else:
+        base_batch = train_batch(base, ["2+3="], TRUNCATED_INFORMATIVE)
+        base_batch["advantages"] = ours_batch["advantages"][4:]
+    results = {}
+    for trainer, batch in ((ours, ours_batch), (base, base_batch)):
         counter = ForwardCounter(trainer.model)
         counter.counting = True
-        results[skip] = (*loss_and_grads(trainer, batch), counter.rows)
-    (skip_loss, skip_grads, skip_rows), (full_loss, full_grads, full_rows) = results[True], results[False]
-    assert grad_norm(skip_grads) > 1e-4
-    torch.testing.assert_close(skip_loss, full_loss)
-    assert_grads_close(skip_grads, full_grads, rtol=1e-5, atol=1e-7)
-    assert (skip_rows, full_rows) == (3, 8 if normalization == "keep" else 4)
+        results[trainer is ours] = (*loss_and_grads(trainer, batch), counter.rows)
+    (ours_loss, ours_grads, ours_rows), (base_loss, base_grads, base_rows) = results[True], results[False]
+    assert (ours_rows, base_rows) == (3, 8 if normalization == "keep" else 4)
+    assert grad_norm(ours_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss * scale)
+    assert_grads_close(ours_grads, {name: grad * scale for name, grad in base_grads.items()}, rtol=1e-5, atol=1e-7)
 
 
 def test_logged_token_means_cover_the_trained_tokens(make_trainer):

@@ -2,6 +2,8 @@
 trainer (a checkpoint carries the package's state file only when our trainer ran)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +53,18 @@ def test_a_local_model_and_dataset_train_with_our_trainer(command, tiny_model_di
     history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
     assert any("zero_std/masked_group_frac" in entry for entry in history)
     assert (tmp_path / "out" / "config.json").is_file()  # TRL's script saved the model
+
+
+def test_a_removed_flag_exits_with_the_error_naming_it(tmp_path):
+    """A flag of a removed field (trl-zerostd 0.1's streak predictor) is refused by name before TRL's parser would
+    report it as unknown; in a YAML config file too."""
+    command = ["-m", "trl_zerostd.cli", "grpo", "--output_dir", str(tmp_path), "--skip_predictor", "streak"]
+    run = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "trl-zerostd: The command line sets ['skip_predictor'], removed in trl-zerostd 0.2" in run.stderr
+    with pytest.raises(SystemExit, match=r"The command line sets \['skip_predictor'\]"):
+        cli.main(["grpo", "--output_dir", str(tmp_path), "--skip_predictor=streak"])
+    config = tmp_path / "config.yaml"
+    config.write_text("skip_zero_std_prompts: true\nskip_refill: false\n")
+    with pytest.raises(SystemExit, match=r"config.yaml sets \['skip_refill'\]"):
+        cli.main(["grpo", "--config", str(config), "--output_dir", str(tmp_path)])

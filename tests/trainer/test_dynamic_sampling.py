@@ -1,5 +1,5 @@
-"""Dynamic sampling through the trainers (``trl_zerostd/refill.py``): refill rounds, the screen, the cap,
-reproducibility, resume, eval identity and the trained batch against TRL's on the same groups."""
+"""Dynamic sampling through the trainers (``trl_zerostd/refill.py``): refill rounds, the cap, reproducibility,
+resume, eval identity, the skip history it feeds and the trained batch against TRL's on the same groups."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from tests.support.trainers import (
     stub_generation,
     train_batch,
 )
-from trl_zerostd.skipping import Outcome
 from trl_zerostd.state import STATE_FILE
 
 
@@ -35,11 +34,10 @@ def test_tied_groups_are_replaced_by_informative_ones(make_trainer, kind):
     assert list(trainer._logs["prompt"])[-8:] == [p for p in group_prompts(trainer, batch) for _ in range(4)]
 
 
-@pytest.mark.parametrize("kind,screen", [("grpo", 0), ("rloo", 0), ("grpo", 2), ("rloo", 2)])
-def test_the_trained_batch_is_trls_on_the_same_groups(make_trainer, kind, screen):
-    """The refilled batch trains exactly as TRL trains a batch of the same groups (beta > 0, policy moved); with a
-    screen, each group is its 2 screen rows and the 2 generated after them, in that order."""
-    ours = make_trainer(kind, prompts=DATA, dynamic_sampling_screen=screen, **DYNAMIC)
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_the_trained_batch_is_trls_on_the_same_groups(make_trainer, kind):
+    """The refilled batch trains exactly as TRL trains a batch of the same groups (beta > 0, policy moved)."""
+    ours = make_trainer(kind, prompts=DATA, **DYNAMIC)
     base = make_trainer(kind, ours=False, prompts=DATA, beta=0.1)
     for trainer in (ours, base):
         move_policy_away(trainer.model)
@@ -59,15 +57,11 @@ def test_same_seed_same_batches(make_trainer):
         assert torch.equal(first, second)
 
 
-@pytest.mark.parametrize("kind,screen", [("grpo", 0), ("rloo", 0), ("grpo", 2)])
-def test_at_the_cap_the_batch_trains_masked_and_warns_once(make_trainer, kind, screen, caplog):
-    """Every group zero-variance: the cap is reached, the batch is completed with masked groups (with a screen, the
-    last round generates whole groups for them), a warning names the cap and the informative rate once, and the step
-    puts zero gradient (beta > 0, policy moved)."""
-    trainer = make_trainer(
-        kind, prompts=DATA, reward_funcs=constant_reward, dynamic_sampling_max_rounds=3,
-        dynamic_sampling_screen=screen, **DYNAMIC,
-    )  # fmt: skip
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_at_the_cap_the_batch_trains_masked_and_warns_once(make_trainer, kind, caplog):
+    """Every group zero-variance: the cap is reached, the batch is completed with masked groups, a warning names the
+    cap and the informative rate once, and the step puts zero gradient (beta > 0, policy moved)."""
+    trainer = make_trainer(kind, prompts=DATA, reward_funcs=constant_reward, dynamic_sampling_max_rounds=3, **DYNAMIC)
     move_policy_away(trainer.model)
     with caplog.at_level("WARNING", logger="trl_zerostd"):
         batches = [train_batch(trainer, ["2+3=", "4+4="], tied_or_informative) for _ in range(2)]
@@ -81,15 +75,6 @@ def test_at_the_cap_the_batch_trains_masked_and_warns_once(make_trainer, kind, s
     assert_all_zero(grads)
 
 
-def test_the_cap_can_raise_naming_both_settings(make_trainer):
-    trainer = make_trainer(
-        prompts=DATA, reward_funcs=constant_reward, dynamic_sampling_max_rounds=2, dynamic_sampling_on_cap="error",
-        **DYNAMIC,
-    )  # fmt: skip
-    with pytest.raises(RuntimeError, match="dynamic_sampling_max_rounds=2.*dynamic_sampling_on_cap='mask'"):
-        train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)
-
-
 def test_a_full_batch_of_informative_groups_is_trls_own(make_trainer):
     """Nothing to refill: one round, the dataloader's groups, as with dynamic_sampling off."""
     on, off = make_trainer(prompts=DATA, **DYNAMIC), make_trainer(prompts=DATA, beta=0.1)
@@ -100,19 +85,16 @@ def test_a_full_batch_of_informative_groups_is_trls_own(make_trainer):
         assert torch.equal(on_batch[key], off_batch[key]), key
 
 
-@pytest.mark.parametrize("screen", [0, 2])
-def test_resume_restores_the_prompt_stream(make_trainer, screen):
+def test_resume_restores_the_prompt_stream(make_trainer):
     """Resuming from checkpoint-1 restores the refill stream (and the decayed rate that sizes rounds), so step 2
     draws what the uninterrupted run drew."""
-    trainer = make_trainer(
-        prompts=DATA, max_steps=2, save_strategy="steps", save_steps=1, dynamic_sampling_screen=screen, **DYNAMIC
-    )  # fmt: skip
+    trainer = make_trainer(prompts=DATA, max_steps=2, save_strategy="steps", save_steps=1, **DYNAMIC)
     stub_generation(trainer, tied_or_informative)
     trainer.train()
     checkpoint = f"{trainer.args.output_dir}/checkpoint-1"
     with open(f"{checkpoint}/{STATE_FILE}") as f:
         assert json.load(f)["prompt_stream"] != {"epoch": 0, "position": 0}
-    resumed = make_trainer(prompts=DATA, max_steps=2, dynamic_sampling_screen=screen, **DYNAMIC)
+    resumed = make_trainer(prompts=DATA, max_steps=2, **DYNAMIC)
     stub_generation(resumed, tied_or_informative)
     resumed.train(resume_from_checkpoint=checkpoint)
     assert resumed.zero_std.refiller.stream.state_dict() == trainer.zero_std.refiller.stream.state_dict()
@@ -137,64 +119,30 @@ def test_eval_is_untouched(make_trainer, setting):
 def test_bad_settings_are_named(make_trainer, tmp_path):
     from trl_zerostd import ZeroStdGRPOConfig
 
+    base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     with pytest.raises(ValueError, match="dynamic_sampling_max_rounds"):
-        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, dynamic_sampling_max_rounds=0)
-    with pytest.raises(ValueError, match="dynamic_sampling_on_cap"):
-        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, dynamic_sampling_on_cap="drop")
-    screen_errors = {
-        "dynamic_sampling_screen=2 screens the prompts of dynamic sampling, which is off": {},
-        "dynamic_sampling_screen must be 0 .off. or >= 2": {"dynamic_sampling": True, "dynamic_sampling_screen": 1},
-        "dynamic_sampling_screen=2 must be below num_generations=2": {
-            "dynamic_sampling": True, "num_generations": 2, "per_device_train_batch_size": 2,
-        },
-        "dynamic_sampling_screen needs dynamic_sampling_max_rounds >= 2": {
-            "dynamic_sampling": True, "dynamic_sampling_max_rounds": 1,
-        },
-    }  # fmt: skip
-    for message, settings in screen_errors.items():
-        with pytest.raises(ValueError, match=message):
-            ZeroStdGRPOConfig(
-                output_dir=str(tmp_path), use_cpu=True, bf16=False, **{"dynamic_sampling_screen": 2, **settings}
-            )
+        ZeroStdGRPOConfig(**base, dynamic_sampling=True, dynamic_sampling_max_rounds=0)
+    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds=5 caps the rounds.*set dynamic_sampling=True"):
+        ZeroStdGRPOConfig(**base, dynamic_sampling_max_rounds=5)
+    for removed, value in (("dynamic_sampling_on_cap", "error"), ("dynamic_sampling_screen", 2)):
+        with pytest.raises(ValueError, match=f"sets \\['{removed}'\\], removed in trl-zerostd 0.2"):
+            ZeroStdGRPOConfig(**base, dynamic_sampling=True, **{removed: value})
 
 
-def test_a_screen_tied_prompt_gets_no_more_rows(make_trainer):
-    """With a screen of 2 (of 4): "1+1=" (always right) is generated 2 rows per draw and never trained; every other
-    prompt drawn gets its 2 more rows and trains, in batches of informative groups only."""
+def test_every_group_generated_counts_in_the_skip_history(make_trainer):
+    """With prompt skipping, every group dynamic sampling generated, the dropped tied ones too, counts in the success
+    rates: "1+1=" (always right) ties high on all its rows and never splits; the others split."""
     generated = []
 
     def recording(prompts):
         generated.extend(prompts)
         return tied_or_informative(prompts)
 
-    trainer = make_trainer(prompts=DATA, dynamic_sampling_screen=2, **DYNAMIC)
+    trainer = make_trainer(prompts=DATA, **DYNAMIC, skip_zero_std_prompts=True)
     trained = []
     for _ in range(6):
-        batch = train_batch(trainer, ["1+1=", "2+3="], recording)
-        trained += group_prompts(trainer, batch)
-        assert trainer._metrics["train"]["zero_std/masked_group_frac"][-1] == 0.0
-    assert "1+1=" in generated and "1+1=" not in trained
-    leftover = len(generated) - 4 * len(trained)  # rows of screens only: tied, or passed beyond the batch's need
-    assert leftover % 2 == 0 and all((generated.count(p) - 4 * trained.count(p)) % 2 == 0 for p in DATA)
-    metrics = trainer._metrics["train"]
-    assert sum(metrics["dynamic_sampling/generated_groups"]) == len(trained) + leftover // 2
-    pass_fracs = metrics["dynamic_sampling/screen_pass_frac"]
-    assert len(pass_fracs) == 6 and all(0 < frac <= 1 for frac in pass_fracs) and min(pass_fracs) < 1
-
-
-def test_a_tied_screen_counts_in_the_skip_history(make_trainer):
-    """Under prompt skipping a tied screen is an outcome of its kind: "1+1=" is all-high, once per screen."""
-    generated = []
-
-    def recording(prompts):
-        generated.extend(prompts)
-        return tied_or_informative(prompts)
-
-    trainer = make_trainer(
-        prompts=DATA, dynamic_sampling_screen=2, **DYNAMIC, skip_zero_std_prompts=True, skip_predictor="streak"
-    )
-    for _ in range(6):
-        train_batch(trainer, ["2+3=", "4+4="], recording)
-    history = trainer.zero_std.skipper.history
-    assert history.kind.tolist() == [Outcome.ALL_HIGH, 0, 0, 0]
-    assert int(history.streak[0]) == generated.count("1+1=") // 2 > 0
+        trained += group_prompts(trainer, train_batch(trainer, ["2+3=", "4+4="], recording))
+    rates = trainer.zero_std.skipper.rates
+    assert generated.count("1+1=") > 0 and "1+1=" not in trained
+    assert rates.one_sided.tolist() == [generated.count("1+1="), 0.0, 0.0, 0.0]
+    assert rates.split.tolist() == [False, True, True, True]

@@ -136,9 +136,8 @@ def test_exclude_recounts_num_items_with_tool_mask(make_trainer):
 
 
 @pytest.mark.parametrize("normalization", ["keep", "exclude"])
-@pytest.mark.parametrize("skip", [True, False])
-def test_all_masked_batch_gives_zero_loss_and_gradient(make_trainer, normalization, skip):
-    trainer = make_trainer(beta=0.1, zero_std_normalization=normalization, skip_masked_rows=skip)
+def test_all_masked_batch_gives_zero_loss_and_gradient(make_trainer, normalization):
+    trainer = make_trainer(beta=0.1, zero_std_normalization=normalization)
     move_policy_away(trainer.model)
     batch = train_batch(trainer, ["1+1=", "4+4="], TIED + ["9", "1", "1 a", "0"])
     assert torch.equal(batch["advantages"], torch.zeros(8))
@@ -176,24 +175,22 @@ def test_base_metrics_keep_their_meaning(make_trainer):
         assert ours._metrics["train"][key] == base._metrics["train"][key], key
 
 
-@pytest.mark.parametrize("exclude_from_baseline", [True, False])
-def test_truncated_outlier_does_not_move_siblings(make_trainer, exclude_from_baseline):
-    """A truncated row (no EOS, masked by TRL) with an outlier reward leaves its siblings' advantages alone."""
+def test_truncated_outlier_does_not_move_siblings(make_trainer):
+    """A truncated row (no EOS, masked by TRL) with an outlier reward leaves its siblings' advantages alone; in TRL's
+    own statistics the outlier leaks into their baseline."""
     advantages = {}
-    for outlier in (100.0, -50.0):
+    for ours, outlier in itertools.product((True, False), (100.0, -50.0)):
         reward = table_reward({"5 x": outlier, "3": 0.0, "5": 1.0, "9 yy": 0.0})
-        trainer = make_trainer(
-            reward_funcs=reward, mask_truncated_completions=True, exclude_masked_from_baseline=exclude_from_baseline
-        )
+        trainer = make_trainer(ours=ours, reward_funcs=reward, mask_truncated_completions=True)
         batch = train_batch(trainer, ["2+3="], ["5 x|", "3", "5", "9 yy"])
-        assert batch["completion_mask"][0].sum() == 0 and batch["advantages"][0] == 0.0
-        advantages[outlier] = batch["advantages"][1:]
-        assert trainer._metrics["train"]["masked/row_frac/truncated"][-1] == 0.25
-    if exclude_from_baseline:
-        assert torch.equal(advantages[100.0], advantages[-50.0])
-        torch.testing.assert_close(advantages[100.0], expected_group_advantages([0.0, 1.0, 0.0]))
-    else:  # TRL's own statistics: the outlier leaks into the siblings' baseline
-        assert not torch.equal(advantages[100.0], advantages[-50.0])
+        assert batch["completion_mask"][0].sum() == 0
+        advantages[ours, outlier] = batch["advantages"]
+        if ours:
+            assert batch["advantages"][0] == 0.0
+            assert trainer._metrics["train"]["masked/row_frac/truncated"][-1] == 0.25
+    assert torch.equal(advantages[True, 100.0][1:], advantages[True, -50.0][1:])
+    torch.testing.assert_close(advantages[True, 100.0][1:], expected_group_advantages([0.0, 1.0, 0.0]))
+    assert not torch.equal(advantages[False, 100.0][1:], advantages[False, -50.0][1:])  # TRL's baseline: it leaks
 
 
 def test_truncated_row_trains_as_in_trl_without_mask_truncated_completions(make_trainer):
@@ -312,7 +309,7 @@ def test_plain_grpo_config_gets_the_defaults(make_trainer, tmp_path, tiny_model_
         True,
         "keep",
     )
-    assert trainer.zero_std.settings.zero_std_atol == 1e-6 and trainer.zero_std.settings.exclude_masked_from_baseline
+    assert trainer.zero_std.settings.zero_std_atol == 1e-6
 
 
 def test_completions_table_shows_the_advantages_that_train(make_trainer):
@@ -447,13 +444,16 @@ def test_image_inputs_exclude_gradients_equal_trl_on_the_informative_group(tiny_
 
 
 def test_image_inputs_masked_rows_are_not_forwarded(tiny_vlm, tmp_path):
-    """skip_masked_rows with images: the loss forward gets the informative group's rows and their images only, and
-    the gradients equal those of forwarding every row."""
-    results = {}
-    for skip in (True, False):
-        trainer = vlm_trainer(tiny_vlm, tmp_path / str(skip), skip_masked_rows=skip)
+    """With images, the loss forward gets the informative group's rows and their images only, and the gradients
+    equal TRL's forwarding every row with our advantages and the tied rows' tokens masked ("keep", beta > 0)."""
+    results, batches = {}, {}
+    for ours in (True, False):
+        trainer = vlm_trainer(tiny_vlm, tmp_path / str(ours), ours=ours)
         move_policy_away(trainer.model)
-        batch = vlm_batch(trainer, MIXED_PROMPTS, TIED + VLM_INFORMATIVE)
+        batches[ours] = vlm_batch(trainer, MIXED_PROMPTS, TIED + VLM_INFORMATIVE)
+        if not ours:
+            batches[False]["advantages"] = batches[True]["advantages"]
+            batches[False]["completion_mask"][:4] = 0
         forwarded = []
         forward = trainer.model.forward
 
@@ -462,11 +462,13 @@ def test_image_inputs_masked_rows_are_not_forwarded(tiny_vlm, tmp_path):
             return forward(*args, **kwargs)
 
         trainer.model.forward = counting_forward
-        results[skip] = (forwarded, loss_and_grads(trainer, batch)[1])
+        results[ours] = (forwarded, loss_and_grads(trainer, batches[ours]))
     per_image = len(trainer.processing_class.image_processor(prompt_image("1+1="))["pixel_values"])  # rows of one
     assert results[True][0] == [(4, 4 * per_image)] and results[False][0] == [(8, 8 * per_image)]
-    assert grad_norm(results[True][1]) > 1e-4
-    assert_grads_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-7)
+    (ours_loss, ours_grads), (base_loss, base_grads) = results[True][1], results[False][1]
+    assert grad_norm(ours_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Prompt skipping through the trainers (``trl_zerostd/skipping.py``, ``refill.py``): skip decisions and the
-per-prompt history, the predictors, reproducibility, resume, history and prior keys."""
+"""Prompt skipping through the trainers (``trl_zerostd/skipping.py``, ``success_rate.py``, ``refill.py``): skip
+decisions and the per-prompt success rates, reproducibility, resume, history and prior keys."""
 
 from __future__ import annotations
 
@@ -9,41 +9,23 @@ import torch
 from tests.support.refill import DATA, DYNAMIC, SKIP, tied_or_informative, trained_groups
 from tests.support.trainers import stub_generation, train_batch
 from trl_zerostd.sampling import PromptStream
-from trl_zerostd.skipping import Outcome
 from trl_zerostd.state import SKIP_STATE_FILE
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_a_prompt_tied_before_is_skipped_and_its_history_says_why(make_trainer, kind):
-    """ "1+1=" is always all right: after its first draws it is skipped (at p ** streak), the others never are."""
+def test_a_prompt_tied_before_is_skipped_and_its_rates_say_why(make_trainer, kind):
+    """ "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of the groups it would get without
+    skipping; its rates count every row right and every group tied high, the others' 2 right of 4 per group."""
     steps = 24
     trainer = make_trainer(kind, prompts=DATA, **SKIP)
     drawn = trained_groups(trainer, steps)  # without dynamic sampling: every group generated
-    assert len(drawn) == 2 * steps
-    assert drawn.count("1+1=") < steps * 2 / 4 / 2  # a quarter of the draws without skipping
-    history, metrics = trainer.zero_std.skipper.history, trainer._metrics["train"]
-    assert history.kind.tolist() == [Outcome.ALL_HIGH, 0, 0, 0]  # DATA's rows; 0: informative
-    assert int(history.streak[0]) == drawn.count("1+1=")
-    assert sum(metrics["prompt_skip/skipped_frac"]) > 0 and len(metrics["prompt_skip/prompts_drawn"]) == steps
-    explore = (
-        trainer.zero_std.skipper.predictor.explore
-    )  # each kind steered by its own share: no group was ever all-low
-    assert explore.share_all_low == 0.0 < explore.share_all_high
-    assert metrics["prompt_skip/explore_prob_all_low"][-1] == pytest.approx(0.5 + 0.01 * steps)
-
-
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_the_success_rate_skips_a_prompt_always_right_and_counts_every_row(make_trainer, kind):
-    """skip_predictor="success_rate": "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of
-    the groups it would get without skipping; the others' rates count 2 right of 4 per group, "1+1="'s 4 of 4."""
-    steps = 24
-    trainer = make_trainer(kind, prompts=DATA, **{**SKIP, "skip_predictor": "success_rate"})
-    drawn = trained_groups(trainer, steps)
     assert len(drawn) == 2 * steps and drawn.count("1+1=") < steps * 2 / 4 / 2
-    rates, metrics = trainer.zero_std.skipper.predictor.rates, trainer._metrics["train"]
+    rates, metrics = trainer.zero_std.skipper.rates, trainer._metrics["train"]
     assert rates.successes[0] == rates.rows[0] > 0
     torch.testing.assert_close(rates.successes[1:], rates.rows[1:] / 2)
-    assert "prompt_skip/explore_prob_all_low" not in metrics and len(metrics["prompt_skip/prompts_drawn"]) == steps
+    assert rates.one_sided.tolist() == [4.0 * drawn.count("1+1="), 0.0, 0.0, 0.0]  # DATA's rows
+    assert rates.split.tolist() == [False, True, True, True]
+    assert sum(metrics["prompt_skip/skipped_frac"]) > 0 and len(metrics["prompt_skip/prompts_drawn"]) == steps
 
 
 def test_skipping_with_dynamic_sampling_generates_fewer_zero_variance_groups(make_trainer):
@@ -67,46 +49,37 @@ def test_same_seed_same_skip_decisions(make_trainer):
         trainer = make_trainer(prompts=DATA, **SKIP)
         runs.append((trained_groups(trainer, 8), trainer.zero_std.skipper.state_dict()))
     assert runs[0][0] == runs[1][0]
-    assert torch.equal(runs[0][1]["history"]["streak"], runs[1][1]["history"]["streak"])
-    assert runs[0][1]["predictor"] == runs[1][1]["predictor"]
+    assert runs[0][1]["rates"].keys() == runs[1][1]["rates"].keys()
+    for name, value in runs[0][1]["rates"].items():
+        assert torch.equal(value, runs[1][1]["rates"][name]), name
 
 
-@pytest.mark.parametrize(
-    "prior_key, predictor",
-    [(None, "streak"), ("prompt", "streak"), ("prompt", "success_rate")],
-)
-def test_resume_restores_the_history_and_the_exploration_probabilities(make_trainer, prior_key, predictor):
-    config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key, "skip_predictor": predictor}
+@pytest.mark.parametrize("prior_key", [None, "prompt"])
+def test_resume_restores_the_success_rates(make_trainer, prior_key):
+    config = {**SKIP, "max_steps": 4, "skip_prior_key": prior_key}
     trainer = make_trainer(prompts=DATA, save_strategy="steps", save_steps=3, **config)
     stub_generation(trainer, tied_or_informative)
     trainer.train()
     checkpoint = f"{trainer.args.output_dir}/checkpoint-3"
     saved = torch.load(f"{checkpoint}/{SKIP_STATE_FILE}")
-    assert saved["history"]["streak"].sum() > 0
+    assert saved["rates"]["rows"].sum() > 0 and saved["rates"]["one_sided"].any()
+    assert saved["rates"]["group_counts"].shape == (1 if prior_key is None else len(DATA), 2)
+    assert saved["rates"]["group_counts"].sum() > 0
     resumed = make_trainer(prompts=DATA, **config)
     stub_generation(resumed, tied_or_informative)
     resumed.train(resume_from_checkpoint=checkpoint)
-    assert torch.equal(resumed.zero_std.skipper.history.streak, trainer.zero_std.skipper.history.streak)
-    assert torch.equal(resumed.zero_std.skipper.history.kind, trainer.zero_std.skipper.history.kind)
     assert resumed.zero_std.refiller.stream.state_dict() == trainer.zero_std.refiller.stream.state_dict()
-    if predictor == "streak":
-        assert resumed.zero_std.skipper.predictor.explore == trainer.zero_std.skipper.predictor.explore
-    if predictor == "success_rate":
-        assert saved["predictor"]["rates"]["rows"].sum() > 0
-        for name, value in resumed.zero_std.skipper.predictor.rates.state_dict().items():
-            assert torch.equal(value, trainer.zero_std.skipper.predictor.rates.state_dict()[name]), name
-    elif prior_key is not None:
-        assert saved["predictor"]["prior"]["counts"].sum() > 0
-        assert torch.equal(
-            resumed.zero_std.skipper.predictor.prior.counts, trainer.zero_std.skipper.predictor.prior.counts
-        )
+    expected = trainer.zero_std.skipper.rates.state_dict()
+    assert resumed.zero_std.skipper.rates.state_dict().keys() == expected.keys()
+    for name, value in resumed.zero_std.skipper.rates.state_dict().items():
+        assert torch.equal(value, expected[name]), name
 
 
 @pytest.mark.parametrize("num_iterations", [1, 2])
 def test_each_generation_batch_enters_the_history_once_under_num_iterations(make_trainer, num_iterations):
     """num_iterations=2 (TRL's mu): a generation batch trains two optimizer steps; its groups are drawn and recorded
     once, not once per step, and every step updates the model."""
-    config = {**SKIP, "max_steps": 4, "skip_predictor": "success_rate", "num_iterations": num_iterations}
+    config = {**SKIP, "max_steps": 4, "num_iterations": num_iterations}
     trainer = make_trainer(prompts=DATA, logging_steps=1, **config)
     stub_generation(trainer, tied_or_informative)
     recorded, record = [], trainer.zero_std.skipper.record
@@ -136,28 +109,31 @@ def test_skipping_off_is_dynamic_sampling_alone(make_trainer):
     [
         ("skip_min_draw_prob", 0.0),
         ("skip_min_draw_prob", 1.5),
-        ("skip_target_zero_std_frac", -0.1),
-        ("skip_predictor", "streaks"),
-        ("skip_predictor", "streak"),  # with skipping off
-        ("skip_refill", False),  # with skipping off
+        ("skip_predictor", "success_rate"),  # removed in 0.2: refused even at the value now in force
+        ("skip_target_zero_std_frac", 0.25),
+        ("skip_refill", True),
     ],
 )
 def test_bad_skip_settings_are_named(tmp_path, setting, value):
     from trl_zerostd import ZeroStdGRPOConfig
 
     with pytest.raises(ValueError, match=setting):
-        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **{setting: value})
+        ZeroStdGRPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, skip_zero_std_prompts=True, **{setting: value}
+        )
+    with pytest.raises(ValueError, match="skip_min_draw_prob=0.1 sets the floor.*set skip_zero_std_prompts=True"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, skip_min_draw_prob=0.1)
 
 
 def test_history_key_column_pools_the_rows_that_share_it(make_trainer):
-    """skip_history_key="prompt": the two "1+1=" rows share one history, whose streak counts both rows' draws."""
+    """skip_history_key="prompt": the two "1+1=" rows share one history, whose tied rows count both rows' draws."""
     prompts = ["1+1=", "1+1=", *DATA[1:]]
     trainer = make_trainer(prompts=prompts, skip_history_key="prompt", **SKIP)
     drawn = trained_groups(trainer, 12)
-    history = trainer.zero_std.skipper.history
-    assert len(history.kind) == len(set(prompts))  # one history per distinct prompt
+    rates = trainer.zero_std.skipper.rates
+    assert len(rates.successes) == len(set(prompts))  # one history per distinct prompt
     assert trainer.zero_std.skipper.slots.tolist() == [0, 0, 1, 2, 3]
-    assert int(history.kind[0]) == Outcome.ALL_HIGH and int(history.streak[0]) == drawn.count("1+1=") >= 2
+    assert not rates.split[0] and rates.one_sided[0] == 4.0 * drawn.count("1+1=") >= 8
 
 
 def test_history_key_must_name_a_column_and_needs_skipping(make_trainer, tmp_path):
@@ -171,20 +147,19 @@ def test_history_key_must_name_a_column_and_needs_skipping(make_trainer, tmp_pat
 
 def test_a_prior_skips_the_never_drawn_rows_of_a_tied_group(make_trainer):
     """skip_prior_key="prompt" on 24 rows of "1+1=" (always tied) and 6 informative rows: once a few "1+1=" groups
-    are recorded, the "1+1=" rows never drawn are drawn at the floor rate, not always. Without the prior the first
-    pass over the data draws every one of them."""
+    are recorded, the "1+1=" rows never drawn are drawn at their group's rate (about a fifth), not always. Without the
+    prior the first pass over the data draws every one of them."""
     prompts = ["1+1="] * 24 + DATA[1:] * 2
     rows_drawn = {}
     for prior_key in (None, "prompt"):
         trainer = make_trainer(prompts=prompts, skip_prior_key=prior_key, **SKIP)
         while trainer.zero_std.refiller.stream.epoch == 0:
             trained_groups(trainer, 1)
-        rows_drawn[prior_key] = int((trainer.zero_std.skipper.history.streak[:24] > 0).sum())
+        rows_drawn[prior_key] = int((trainer.zero_std.skipper.rates.rows[:24] > 0).sum())
     assert rows_drawn[None] == 24 and rows_drawn["prompt"] <= 12
-    never_drawn = (trainer.zero_std.skipper.history.streak[:24] == 0).nonzero().view(-1)
-    assert trainer.zero_std.skipper.draw_prob(never_drawn).tolist() == [
-        trainer.zero_std.settings.skip_min_draw_prob
-    ] * len(never_drawn)
+    never_drawn = (trainer.zero_std.skipper.rates.rows[:24] == 0).nonzero().view(-1)
+    probs = trainer.zero_std.skipper.draw_prob(never_drawn).tolist()
+    assert len(probs) >= 12 and probs == [probs[0]] * len(probs) and probs[0] < 0.25
 
 
 def test_prior_key_must_name_a_column_of_a_map_style_dataset(make_trainer, tmp_path):
@@ -195,7 +170,7 @@ def test_prior_key_must_name_a_column_of_a_map_style_dataset(make_trainer, tmp_p
     with pytest.raises(ValueError, match="skip_prior_key='prompt' needs a map-style"):
         make_trainer(prompts=DATA, streaming=True, skip_prior_key="prompt", **SKIP, dynamic_sampling=True)
     config = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False)
-    with pytest.raises(ValueError, match="skip_prior_key='prompt' sets the prior of the prompt histories, which are"):
+    with pytest.raises(ValueError, match="skip_prior_key='prompt' sets the prior of prompt skipping's success rates"):
         ZeroStdGRPOConfig(**config, skip_prior_key="prompt")
     with pytest.raises(ValueError, match="Set one of them"):
         ZeroStdGRPOConfig(**config, skip_zero_std_prompts=True, skip_prior_key="prompt", skip_history_key="prompt")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.support.refill import DATA, DYNAMIC, EMPTY_SLOTS, group_prompts, tied_or_informative
+from tests.support.refill import DATA, DYNAMIC, SKIP, group_prompts, tied_or_informative
 from tests.support.trainers import stub_generation, train_batch
-from trl_zerostd.skipping import Outcome, history_key
+from trl_zerostd.skipping import history_key
 
 # ---------------------------------------------------------------------------------------------------------------
 # Image inputs: refilled rows keep their images
@@ -61,36 +61,32 @@ def test_streaming_refills_take_the_rows_that_follow_in_the_stream(make_trainer,
     )
 
 
-@pytest.mark.parametrize("predictor", ["streak", "success_rate"])
-def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer, predictor):
+def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer):
     """Prompt skipping on a stream: outcomes are recorded under the hashed prompt, so a later draw of the same text
     (another pass, or a duplicate row) is skipped by them; nothing is indexed by row."""
-    trainer = make_trainer(
-        prompts=DATA, streaming=True, shuffle_dataset=False, skip_zero_std_prompts=True, skip_predictor=predictor,
-        **DYNAMIC,
-    )  # fmt: skip
+    trainer = make_trainer(prompts=DATA, streaming=True, shuffle_dataset=False, skip_zero_std_prompts=True, **DYNAMIC)
     train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)  # the stream's first prompt, "1+1=", is tied
     skipper = trainer.zero_std.skipper
     assert skipper.hashed is not None and skipper.slots is None
     key = torch.tensor([history_key("1+1=")])
     assert bool(skipper.hashed.known(key)) and skipper.draw_prob(key).item() < 1.0
-    assert skipper.history.kind[skipper.hashed.slots(key)].item() == int(Outcome.ALL_HIGH)
-    if predictor == "success_rate":
-        slot = skipper.hashed.slots(key)
-        assert skipper.predictor.rates.successes[slot].item() == skipper.predictor.rates.rows[slot].item() == 4.0
+    slot = skipper.hashed.slots(key)
+    assert skipper.rates.successes[slot].item() == skipper.rates.rows[slot].item() == 4.0
+    assert skipper.rates.one_sided[slot].item() == 4.0 and not skipper.rates.split[slot].item()  # tied high
     assert trainer._metrics["train"]["prompt_skip/hash_evictions"][-1] == 0
 
 
-def test_streaming_empty_slots_skip_the_hashed_prompt_and_train_the_rest(make_trainer):
-    """skip_refill=False on a stream: "1+1=" (the stream's first row, hashed) is skipped and its place stays empty;
-    "2+3=" generates and trains; the stream moved by the batch's two places."""
-    trainer = make_trainer(prompts=DATA, streaming=True, shuffle_dataset=False, **EMPTY_SLOTS)
+def test_streaming_skipping_gives_a_skipped_prompts_place_to_the_next_row(make_trainer):
+    """Prompt skipping alone on a stream: "1+1=" (the stream's first row, hashed) is skipped and its place goes to
+    the next row drawn; both groups generate and train, and the stream moved by the three rows it read."""
+    trainer = make_trainer(prompts=DATA, streaming=True, shuffle_dataset=False, **SKIP)
     tied = history_key("1+1=")
     trainer.zero_std.skipper.draw_prob = lambda keys: (keys != tied).double()
-    batch = train_batch(trainer, ["2+3=", "4+4="], tied_or_informative)
-    assert group_prompts(trainer, batch)[1] == "2+3=" and not batch["completion_mask"][:4].any()
-    assert batch["completion_mask"][4:].sum() > 0 and trainer.zero_std.refiller.stream.state_dict()["position"] == 2
-    assert trainer._metrics["train"]["prompt_skip/empty_slot_frac"][-1] == 0.5
+    batch = train_batch(trainer, ["1+1=", "1+1="], tied_or_informative)
+    assert group_prompts(trainer, batch) == ["2+3=", "4+4="]
+    assert batch["completion_mask"].view(2, 4, -1).sum(dim=(1, 2)).min() > 0
+    assert trainer.zero_std.refiller.stream.state_dict()["position"] == 3
+    assert trainer._metrics["train"]["prompt_skip/skipped_frac"][-1] == pytest.approx(1 / 3)
 
 
 def test_streaming_skipping_names_a_missing_key_field(make_trainer):

@@ -2,7 +2,12 @@
 each batch trains is allowed with a notice, and TRL's own checkpoint resumes with our features starting fresh. (The
 state itself: ``tests/unit/test_state.py``; a killed run resumed: ``tests/launch/test_killed_and_resumed.py``.)"""
 
+import json
+
 import pytest
+
+from trl_zerostd.config import REMOVED_FIELDS
+from trl_zerostd.state import STATE_FILE
 
 
 def resume_warnings(trainer, checkpoint, caplog) -> list[str]:
@@ -34,7 +39,7 @@ def test_a_resume_may_change_how_each_batch_trains_and_says_so_once(make_trainer
     settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, dynamic_sampling=True,
                     skip_zero_std_prompts=True)  # fmt: skip
     make_trainer(**settings).train()
-    changed = dict(zero_std_kl="keep_failed", zero_std_normalization="exclude", skip_masked_rows=False)
+    changed = dict(zero_std_kl="keep_failed", zero_std_normalization="exclude", mask_zero_std_groups=False)
     resumed = make_trainer(**{**settings, **changed, "max_steps": 2})
     warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
     assert resumed.state.global_step == 2
@@ -51,3 +56,32 @@ def test_a_trl_checkpoint_resumes_with_skipping_and_dynamic_sampling_starting_fr
     warnings = resume_warnings(resumed, f"{run_dir}/checkpoint-1", caplog)
     assert resumed.state.global_step == 2
     assert len(warnings) == 1 and "dynamic_sampling and skip_zero_std_prompts start fresh" in warnings[0]
+
+
+def with_saved_settings(checkpoint: str, **fields) -> None:
+    """Write ``fields`` into the settings of the checkpoint's ``trl_zerostd.json``, as trl-zerostd 0.1 wrote them."""
+    path = f"{checkpoint}/{STATE_FILE}"
+    with open(path) as f:
+        state = json.load(f)
+    state["settings"].update(fields)
+    with open(path, "w") as f:
+        json.dump(state, f)
+
+
+def test_a_checkpoint_of_a_removed_feature_is_refused_naming_it(make_trainer, tmp_path, caplog):
+    """A 0.1 checkpoint wrote every field: one holding each removed field at the value now in force resumes
+    silently; one that ran a feature now gone (per_prompt_budgets=True) is refused, naming that field only."""
+    run_dir = str(tmp_path / "run")
+    settings = dict(output_dir=run_dir, save_strategy="steps", save_steps=1, max_steps=1, skip_zero_std_prompts=True)
+    make_trainer(**settings).train()
+    checkpoint = f"{run_dir}/checkpoint-1"
+    in_force = {name: value for name, (value, _) in REMOVED_FIELDS.items()}
+    with_saved_settings(checkpoint, **{**in_force, "per_prompt_budgets": True})
+    refused = make_trainer(**{**settings, "max_steps": 2})
+    with pytest.raises(ValueError, match=r"trl_zerostd.json sets \['per_prompt_budgets'\], removed in") as error:
+        refused.train(resume_from_checkpoint=checkpoint)
+    assert "skip_refill" not in str(error.value)
+    with_saved_settings(checkpoint, **in_force)
+    resumed = make_trainer(**{**settings, "max_steps": 2})
+    assert resume_warnings(resumed, checkpoint, caplog) == []
+    assert resumed.state.global_step == 2

@@ -49,29 +49,11 @@ def test_every_row_is_generated_for_its_own_prompt(vllm_trainer, mode, feature):
 
 
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-@pytest.mark.parametrize("feature", ["masking", "screen", "dynamic_skipping", "budgets"])
+@pytest.mark.parametrize("feature", ["masking", "skipping", "dynamic_skipping"])
 def test_rloo_rows_are_generated_for_their_own_prompts(vllm_trainer, mode, feature):
     trainer, engine, reward = vllm_trainer("rloo", mode, max_steps=2, **FEATURES[feature])
     trainer.train()
     assert_engine_invariants(trainer, engine, reward, steps=2)
-
-
-@pytest.mark.parametrize("mode", ["server", "colocate"])
-def test_budget_rounds_of_uneven_copies_stay_aligned(vllm_trainer, mode):
-    """Groups of 8 in steps of 2: a round asks 6 more of an informative prompt and 2 of a tie in one call (server:
-    blocks of 2 copies), and every row is still its own prompt's; the tie ("1+1=") stops at 6 rows (P(break) 2/9 <
-    0.3)."""
-    trainer, engine, reward = vllm_trainer(
-        "grpo", mode, max_steps=2, num_generations=8, per_device_train_batch_size=16, per_prompt_budgets=True,
-        budget_continue_prob=0.3, skip_predictor="streak",  # the streak holds no rate: a uniform prior
-    )  # fmt: skip
-    trainer.train()
-    assert_engine_invariants(trainer, engine, reward, steps=2)
-    assert reward.rows < 2 * 16  # fewer completions than TRL's two batches
-    rounds = [entry["budget/rounds"] for entry in trainer.state.log_history if "budget/rounds" in entry]
-    assert len(rounds) == 2 and max(rounds) == 3  # a batch with "1+1=": 2, 2 more, 2 more
-    if mode == "server":
-        assert 2 in {call.n for call in engine.calls}  # 6 of one prompt and 2 of another: asked as blocks of 2
 
 
 IS_MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -79,13 +61,19 @@ IS_MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"
 
 @pytest.mark.parametrize("mode", ["server", "colocate"])
 @pytest.mark.parametrize("is_mode", IS_MODES)
-def test_importance_sampling_correction_under_a_screen(vllm_trainer, mode, is_mode):
-    """TRL's correction reads the engine's sampling log-probs of each row: they must be that row's. A log-prob far
-    below the policy's puts every ratio past the clip range, so sequence_mask rejects every row (masked, logged)."""
+def test_importance_sampling_correction_under_dynamic_sampling(vllm_trainer, mode, is_mode):
+    """TRL's correction reads the engine's sampling log-probs of each row: they must be that row's, through every
+    round. A log-prob far below the policy's puts every ratio past the clip range, so sequence_mask rejects every row
+    (masked, logged)."""
     trainer, engine, reward = vllm_trainer(
-        "grpo", mode, max_steps=2, vllm_importance_sampling_correction=True,
-        vllm_importance_sampling_mode=is_mode, **FEATURES["screen"],
-    )  # fmt: skip
+        "grpo",
+        mode,
+        max_steps=2,
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode=is_mode,
+        dynamic_sampling_max_rounds=3,
+        **FEATURES["dynamic"],
+    )
     engine.logprob = -20.0
     trainer.train()
     assert_engine_invariants(trainer, engine, reward, steps=2)
@@ -93,7 +81,7 @@ def test_importance_sampling_correction_under_a_screen(vllm_trainer, mode, is_mo
     assert rejected and all(frac == (1.0 if is_mode == "sequence_mask" else 0.0) for frac in rejected)
 
 
-@pytest.mark.parametrize("feature", ["dynamic", "screen"])
+@pytest.mark.parametrize("feature", ["dynamic", "dynamic_skipping"])
 def test_sleep_mode_syncs_once_per_generation_batch(vllm_trainer, feature):
     """Colocated vLLM under sleep mode: the engine wakes, takes the weights once and sleeps once per generation batch,
     however many calls the batch's rounds make; every call finds it awake with the policy's weights."""
@@ -139,7 +127,7 @@ def test_hf_generate_decodes_in_calls_no_larger_than_trls(make_trainer):
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-@pytest.mark.parametrize("feature", ["masking", "screen", "empty_slots", "budgets"])
+@pytest.mark.parametrize("feature", ["masking", "dynamic", "skipping"])
 def test_the_vllm_batch_trains_as_the_hf_generate_batch(vllm_trainer, make_trainer, kind, mode, feature):
     """The same completions through TRL's vLLM code and through TRL's HF-generate path (its generation seam stubbed):
     the same rows, advantages and masks, and the same loss and gradients on a policy moved off the reference."""
@@ -167,7 +155,7 @@ def test_the_vllm_batch_trains_as_the_hf_generate_batch(vllm_trainer, make_train
 def test_logged_columns_stand_beside_their_rows(vllm_trainer, mode):
     """A reward function's ``log_extra`` column, logged by every round's scoring, is flushed beside the rows that
     train: each row's logged origin is its own prompt."""
-    trainer, _, reward = vllm_trainer("grpo", mode, max_steps=2, **FEATURES["screen"])
+    trainer, _, reward = vllm_trainer("grpo", mode, max_steps=2, **FEATURES["dynamic"])
 
     def logging_reward(completions, prompts, log_extra=None, **kwargs):
         log_extra("origin", [origin(c) for c in completions])

@@ -5,7 +5,7 @@ from trl import GRPOConfig, TrlParser
 
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdRLOOConfig
 from trl_zerostd._compat import check_trl_version
-from trl_zerostd.config import allowed_values, masking_settings
+from trl_zerostd.config import REMOVED_FIELDS, allowed_values, masking_settings, refuse_removed_flags
 
 CPU = {
     "report_to": "none",
@@ -18,52 +18,32 @@ CPU = {
 def test_defaults(config_cls, tmp_path):
     config = config_cls(output_dir=str(tmp_path), **CPU)
     assert (config.mask_zero_std_groups, config.zero_std_atol, config.zero_std_normalization) == (True, 1e-6, "keep")
-    assert config.exclude_masked_from_baseline and config.skip_masked_rows
+    assert (config.zero_std_kl, config.dynamic_sampling, config.skip_zero_std_prompts) == ("mask", False, False)
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("dynamic_sampling_on_cap", "never"),
-     ("skip_predictor", "oracle"), ("zero_std_atol", -1.0), ("zero_std_atol", float("nan"))],
+    [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("zero_std_atol", -1.0),
+     ("zero_std_atol", float("nan")), ("dynamic_sampling_max_rounds", 0), ("zero_std_reward_funcs", "accuracy")],
 )  # fmt: skip
 def test_bad_values_name_the_field(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
 
 
-def test_a_streak_target_under_another_predictor_is_refused(tmp_path):
-    """skip_target_zero_std_frac steers only the streak: set under the default predictor it would do nothing."""
-    config = {"output_dir": str(tmp_path), **CPU, "skip_zero_std_prompts": True, "skip_target_zero_std_frac": 0.1}
-    with pytest.raises(ValueError, match="skip_target_zero_std_frac=0.1 is the target of skip_predictor='streak'"):
-        ZeroStdGRPOConfig(**config)
-    assert ZeroStdGRPOConfig(**config, skip_predictor="streak").skip_target_zero_std_frac == 0.1
-
-
-def test_empty_slots_are_refused_under_dynamic_sampling(tmp_path):
-    """Dynamic sampling refills every batch, so skip_refill=False could never leave a slot empty."""
-    config = {"output_dir": str(tmp_path), **CPU, "skip_zero_std_prompts": True, "skip_refill": False}
-    with pytest.raises(ValueError, match="skip_refill=False with dynamic_sampling=True"):
-        ZeroStdGRPOConfig(**config, dynamic_sampling=True)
-    assert not ZeroStdGRPOConfig(**config).skip_refill
-
-
 def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
-        "dynamic_sampling_on_cap": ("mask", "error"),
-        "budget_stop_rule": ("chance", "yield"),
-        "skip_predictor": ("streak", "success_rate"),
     }
 
 
 @pytest.mark.parametrize(("field", "value", "feature"), [
-    ("dynamic_sampling_screen", 2, "dynamic_sampling"), ("skip_predictor", "streak", "skip_zero_std_prompts"),
+    ("dynamic_sampling_max_rounds", 3, "dynamic_sampling"), ("skip_min_draw_prob", 0.2, "skip_zero_std_prompts"),
     ("skip_history_key", "level", "skip_zero_std_prompts"), ("skip_prior_key", "level", "skip_zero_std_prompts"),
-    ("skip_refill", False, "skip_zero_std_prompts"), ("budget_stop_rule", "yield", "per_prompt_budgets"),
 ])  # fmt: skip
 def test_a_field_that_needs_a_feature_that_is_off_is_refused(field, value, feature, tmp_path):
-    with pytest.raises(ValueError, match=f"{field}={value!r} .*, which (is|are) off: set {feature}=True"):
+    with pytest.raises(ValueError, match=f"{field}={value!r} .*, which is off: set {feature}=True"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
     ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value, feature: True})  # with it on: accepted
 
@@ -82,13 +62,19 @@ def test_every_field_is_a_cli_flag(tmp_path):
         [
             "--output_dir", str(tmp_path), "--report_to", "none", "--use_cpu", "true",
             "--mask_zero_std_groups", "false", "--zero_std_atol", "0.5",
-            "--zero_std_normalization", "exclude", "--exclude_masked_from_baseline", "false",
-            "--skip_masked_rows", "false",
+            "--zero_std_normalization", "exclude", "--zero_std_kl", "keep_failed", "--beta", "0.1",
+            "--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "3", "--skip_zero_std_prompts", "true",
+            "--skip_min_draw_prob", "0.2", "--skip_prior_key", "level", "--zero_std_reward_funcs", "a", "b",
         ]
     )  # fmt: skip
     assert not config.mask_zero_std_groups and config.zero_std_atol == 0.5
-    assert config.zero_std_normalization == "exclude"
-    assert not config.exclude_masked_from_baseline and not config.skip_masked_rows
+    assert (config.zero_std_normalization, config.zero_std_kl) == ("exclude", "keep_failed")
+    assert config.dynamic_sampling and config.dynamic_sampling_max_rounds == 3 and config.skip_zero_std_prompts
+    assert (config.skip_min_draw_prob, config.skip_prior_key, config.zero_std_reward_funcs) == (
+        0.2,
+        "level",
+        ["a", "b"],
+    )
     with pytest.raises(SystemExit):
         TrlParser((ZeroStdGRPOConfig,)).parse_args_into_dataclasses(
             ["--output_dir", str(tmp_path), "--use_cpu", "true", "--zero_std_normalization", "drop"]
@@ -109,3 +95,25 @@ def test_unsupported_trl_is_refused_with_the_range(version):
 def test_supported_trl_is_accepted():
     check_trl_version("1.16.0")
     check_trl_version("1.16.3")
+
+
+@pytest.mark.parametrize("field", sorted(REMOVED_FIELDS))
+def test_a_removed_field_is_refused_by_name_with_what_to_use_instead(field, tmp_path):
+    """In a config's constructor, on the command line (both spellings) and in a YAML config file."""
+    value, advice = REMOVED_FIELDS[field]
+    message = rf"\['{field}'\], removed in trl-zerostd 0.2 .*{field}: {advice[:20]}"
+    with pytest.raises(ValueError, match=message):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        ZeroStdRLOOConfig(output_dir=str(tmp_path), **CPU, **{field: value})
+    for argv in (["--max_steps", "2", f"--{field}", str(value)], [f"--{field}={value}"]):
+        with pytest.raises(ValueError, match=rf"The command line sets \['{field}'\]"):
+            refuse_removed_flags(argv)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(f"learning_rate: 1.0e-5\n{field}: {value}\n")
+    with pytest.raises(ValueError, match=rf"The config file {config_file} sets \['{field}'\]"):
+        refuse_removed_flags(["--config", str(config_file)])
+
+
+def test_flags_and_config_files_of_kept_fields_pass():
+    refuse_removed_flags(["--skip_zero_std_prompts", "true", "--skip_min_draw_prob=0.1", "--max_steps", "3"])

@@ -45,7 +45,6 @@ def test_permuting_rows_within_groups_permutes_everything(data):
     flags = {
         "mask_zero_std_groups": data.draw(st.booleans()),
         "zero_std_atol": data.draw(st.sampled_from([0.0, 1e-6, 0.25])),
-        "exclude_masked_from_baseline": data.draw(st.booleans()),
     }
     shuffled = Batch(batch.rewards_per_func[perm], batch.reward_weights, g, batch.kl[perm])
 
@@ -58,13 +57,13 @@ def test_permuting_rows_within_groups_permutes_everything(data):
             rejected=rej,
             **flags,
         )
-        return masks, all_estimators(b, masks.stat_rows)
+        return masks, all_estimators(b, masks.trainable)
 
     masks, advantages = pipeline(batch, truncated, rejected)
     masks_p, advantages_p = pipeline(shuffled, truncated[perm], rejected[perm])
     assert torch.equal(masks_p.zero_std_groups, masks.zero_std_groups)
     assert torch.equal(masks_p.trainable, masks.trainable[perm])
-    assert torch.equal(masks_p.stat_rows, masks.stat_rows[perm])
+    assert torch.equal(masks_p.trainable, masks.trainable[perm])
     for reason in core.MASK_REASONS:
         assert torch.equal(masks_p.reasons[reason], masks.reasons[reason][perm]), reason
     for label in advantages:  # (a plain max-difference check: assert_close is slow at this many calls)
@@ -129,10 +128,9 @@ def test_zero_std_groups_cases():
 @given(
     data=st.data(),
     mask_zero_std=st.booleans(),
-    exclude=st.booleans(),
     atol=st.sampled_from([0.0, 1e-6, 0.5]),
 )
-def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
+def test_decide_row_plan_matches_the_rule(data, mask_zero_std, atol):
     """Reasons, zero-variance groups (over valid rows only), trainable and stat_rows as SEMANTICS.md states."""
     batch = data.draw(batches(scales=GRID))
     g = batch.num_generations
@@ -147,7 +145,6 @@ def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
         rejected=rejected,
         mask_zero_std_groups=mask_zero_std,
         zero_std_atol=atol,
-        exclude_masked_from_baseline=exclude,
     )
     invalid = truncated | unscorable | rejected
     if mask_zero_std:
@@ -166,7 +163,6 @@ def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
     assert torch.equal(masks.role == core.RowRole.TRL_MASKED, truncated)
     assert torch.equal(masks.role == core.RowRole.OUT, (zero_std | unscorable | rejected) & ~truncated)
     assert not masks.forwarded[~masks.trainable].any()  # zero_std_kl="mask": no KL-only row
-    assert torch.equal(masks.stat_rows, masks.trainable if exclude else ~unscorable)
     # The decision ignores the rewards of invalid rows.
     noise = row_values(data.draw, batch.n, 0.25)
     again = core.decide_row_plan(
@@ -177,7 +173,6 @@ def test_decide_row_plan_matches_the_rule(data, mask_zero_std, exclude, atol):
         rejected=rejected,
         mask_zero_std_groups=mask_zero_std,
         zero_std_atol=atol,
-        exclude_masked_from_baseline=exclude,
     )
     assert torch.equal(again.zero_std_groups, masks.zero_std_groups)
     assert torch.equal(again.trainable, masks.trainable)
@@ -196,9 +191,6 @@ def test_group_of_tied_valid_rows_is_zero_variance_despite_a_differing_invalid_r
     assert masks.reasons["zero_std"].tolist() == [True, True, True, False, False, False, False, False]
     assert masks.reasons[reason].tolist() == [False, False, False, True] + [False] * 4
     assert masks.trainable.tolist() == [False] * 4 + [True] * 4
-    assert torch.equal(masks.stat_rows, masks.trainable)
-    kept = core.decide_row_plan(task, 4, exclude_masked_from_baseline=False, **flags)
-    assert kept.stat_rows.tolist() == [True, True, True, reason != "unscorable"] + [True] * 4
     off = core.decide_row_plan(task, 4, mask_zero_std_groups=False, **flags)
     assert not off.zero_std_groups.any() and not off.reasons["zero_std"].any()
     assert off.trainable.tolist() == [True, True, True, False] + [True] * 4
@@ -215,7 +207,7 @@ def test_a_lone_valid_row_gets_zero_advantage_through_the_pipeline():
     )
     assert masks.reasons["zero_std"].tolist() == [True, False, False, False, False, False]
     batch = Batch(rewards, weights, 3, torch.zeros(6))
-    for label, adv in all_estimators(batch, masks.stat_rows).items():
+    for label, adv in all_estimators(batch, masks.trainable).items():
         assert adv[:3].tolist() == [0.0, 0.0, 0.0], label
         assert (adv[3:] != 0).all(), label  # the other group still learns
 
@@ -250,7 +242,6 @@ def test_zero_std_kl_keeps_the_kl_term_of_tied_groups_only(mode, kl_only):
     assert (plan.role == ROLE.KL_ONLY).nonzero().view(-1).tolist() == kl_only
     assert plan.role[3] == ROLE.TRL_MASKED
     assert plan.trainable.nonzero().view(-1).tolist() == [8, 9, 10, 11]
-    assert torch.equal(plan.stat_rows, plan.trainable)
     assert torch.equal(plan.forwarded, plan.trainable | (plan.role == ROLE.KL_ONLY))
 
 
@@ -319,17 +310,15 @@ def test_plan_loss_rows_exclude_keeps_one_row_when_all_are_masked():
     assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == []
 
 
-def test_plan_loss_rows_drop_empty_slots_in_both_modes():
-    role = torch.tensor([ROLE.EMPTY, ROLE.TRAIN, ROLE.OUT, ROLE.EMPTY])
-    assert core.plan_loss_rows(role, "keep").kept.tolist() == [1, 2]
-    assert core.plan_loss_rows(role, "exclude").kept.tolist() == [1]
-    assert [core.loss_rows_needed(role, mode) for mode in ("keep", "exclude")] == [2, 1]
-    assert core.loss_rows_needed(torch.full((2,), ROLE.EMPTY), "keep") == 1  # at least one
+def test_loss_rows_needed_counts_every_row_under_keep_and_the_unmasked_under_exclude():
+    role = torch.tensor([ROLE.OUT, ROLE.TRAIN, ROLE.TRL_MASKED, ROLE.OUT])
+    assert [core.loss_rows_needed(role, mode) for mode in ("keep", "exclude")] == [4, 2]
+    assert core.loss_rows_needed(torch.full((2,), ROLE.OUT), "exclude") == 1  # at least one
 
 
 def test_plan_loss_rows_pad_to_the_rows_every_rank_hands_the_loss():
     """A rank that needs fewer rows than another adds its first other rows as placeholders (not forwarded)."""
-    role = torch.tensor([ROLE.OUT, ROLE.TRAIN, ROLE.EMPTY, ROLE.OUT])
+    role = torch.tensor([ROLE.OUT, ROLE.TRAIN, ROLE.OUT, ROLE.OUT])
     rows = core.plan_loss_rows(role, "exclude", rows=3)
     assert rows.kept.tolist() == [0, 1, 2] and rows.forwarded.tolist() == [1]
     assert core.plan_loss_rows(role, "exclude", rows=1).kept.tolist() == [1]  # never fewer than it needs

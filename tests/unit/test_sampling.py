@@ -1,7 +1,4 @@
-"""Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill and screen sizes and the choice of
-groups."""
-
-import math
+"""Tests of ``trl_zerostd/sampling.py``: the refill prompt stream, the refill sizes and the choice of groups."""
 
 import pytest
 import torch
@@ -9,16 +6,11 @@ import torch
 from trl_zerostd.sampling import (
     PromptStream,
     RowStream,
-    ScreenRound,
     choose_groups,
-    continued_prompts,
-    drawn_places,
     first_round_extra,
     part_major_order,
-    plan_screen_round,
     rank_rows,
     refill_groups,
-    screen_prompts,
 )
 
 
@@ -114,35 +106,6 @@ def test_draw_is_reproducible_and_resumes_from_its_state():
     assert first[0] + resumed.draw(18, half)[0] == draws[0]
 
 
-def test_places_take_the_decisions_draw_takes_over_the_same_places():
-    """``places`` walks exactly ``count`` places (across passes) and flags the ones ``draw`` would have drawn."""
-    half = lambda rows: torch.full((len(rows),), 0.5, dtype=torch.float64)  # noqa: E731
-    stream = PromptStream(10, seed=2)
-    rows, drawn = stream.places(25, half)
-    assert len(rows) == 25 and stream.state_dict() == {"epoch": 2, "position": 5}
-    assert 0 < int(drawn.sum()) < 25
-    assert PromptStream(10, seed=2).take(25) == rows  # the stream's own order
-    taken, skipped = PromptStream(10, seed=2).draw(int(drawn.sum()), half)
-    assert taken == [row for row, on in zip(rows, drawn.tolist(), strict=True) if on] and skipped <= 25 - len(taken)
-    row_rows, keys, row_drawn = row_stream(10, seed=2).places(25, half)
-    assert len(row_rows) == 25 and keys == [int(row["prompt"][1:]) + 1 for row in row_rows]
-    assert row_stream(10, seed=2).draw(int(row_drawn.sum()), half)[1] == [k for k, on in zip(keys, row_drawn) if on]
-
-
-@pytest.mark.parametrize(
-    ("drawn", "rows_per_prompt", "world", "expected"),
-    [
-        ([0, 1, 0, 1], 4, 1, [0, 1, 0, 1]),  # as drawn
-        ([0, 0, 0, 0], 4, 1, [1, 0, 0, 0]),  # none drawn: the first place generates
-        ([0, 1, 0, 0], 3, 2, [1, 1, 0, 0]),  # 3 rows do not split over 2 ranks: the first skipped place joins
-        ([0, 1, 0, 0], 4, 2, [0, 1, 0, 0]),  # 4 rows do
-    ],
-)
-def test_drawn_places_are_at_least_one_and_split_over_ranks(drawn, rows_per_prompt, world, expected):
-    generates = drawn_places(torch.tensor(drawn, dtype=torch.bool), rows_per_prompt, world)
-    assert generates.tolist() == [bool(x) for x in expected]
-
-
 # RowStream: a streaming dataset's rows
 
 
@@ -187,63 +150,3 @@ def test_row_stream_skips_by_probability_and_resumes_exactly():
 def test_row_stream_refuses_an_empty_stream():
     with pytest.raises(ValueError, match="streaming train_dataset is empty"):
         row_stream(0).draw(1)
-
-
-@pytest.mark.parametrize(
-    "missing, passed, screened, world, expected",
-    [
-        (4, 0, 0, 1, 16),  # no screen seen yet: one generation batch of rows (4 groups x 8 rows / 2)
-        (4, 5, 20, 1, 16),  # a quarter pass: 4 / 0.25
-        (4, 1, 100, 1, 16),  # rate floored at 1/4 (the batch's groups)
-        (3, 1, 2, 3, 6),  # 3 / 0.5, already splits over 3 ranks (6 x 2 rows)
-        (1, 1, 1, 4, 2),  # 1 prompt, rounded up so its 2-row screens split over 4 ranks
-    ],
-)
-def test_screen_prompts(missing, passed, screened, world, expected):
-    assert screen_prompts(missing, passed, screened, batch_groups=4, world_size=world, G=8, screen=2) == expected
-
-
-def test_screen_prompts_are_bounded_by_two_batches_of_rows():
-    assert screen_prompts(4, 1, 100, batch_groups=4, world_size=1, G=8, screen=6) == 2 * 4 * 8 // 6
-
-
-@pytest.mark.parametrize(
-    "waiting, missing, world, rest, expected",
-    [
-        (5, 3, 1, 6, 3),  # enough waiting: just the missing ones
-        (2, 3, 1, 6, 2),  # all that wait
-        (3, 1, 2, 3, 2),  # 3-row rests split over 2 ranks in pairs: 1 missing -> 2 completed
-        (1, 1, 2, 3, 0),  # one waits for a partner (the round screens more)
-        (5, 5, 2, 6, 5),  # 6-row rests split over 2 ranks whatever the count
-    ],
-)
-def test_continued_prompts(waiting, missing, world, rest, expected):
-    assert continued_prompts(waiting, missing, world, rest) == expected
-
-
-def test_plan_screen_round():
-    """4 groups of 8 needed, screens of 2, one process. No screen yet: screen one generation batch of rows (16
-    prompts). Three waiting for 2 missing: complete 2; the one left waiting covers the rest, so no new screen. The
-    last round allowed completes what waits and draws whole groups for the rest. With two processes a count is
-    rounded up so that its rows split evenly."""
-    plan = plan_screen_round(4, 0, False, 0, 0, batch_groups=4, world_size=1, G=8, screen=2)
-    assert plan == ScreenRound(continued=0, new_prompts=16, whole=False)
-    assert plan_screen_round(2, 3, False, 2, 8, 4, 1, 8, 2) == ScreenRound(2, 0, False)
-    assert plan_screen_round(3, 1, True, 2, 8, 4, 1, 8, 2) == ScreenRound(1, 2, True)
-    assert plan_screen_round(3, 0, True, 2, 8, 4, 2, 7, 3) == ScreenRound(
-        0, 4, True
-    )  # 3 groups of 7 rows: 4 on 2 ranks
-    assert plan_screen_round(4, 0, False, 1, 8, 4, 1, 8, 2) == ScreenRound(0, 16, False)  # pass rate floored at 1/4
-
-
-def test_a_round_that_screens_leaves_no_waiting_prompt_it_could_complete():
-    """Why ``plan_screen_round`` screens for all that is missing after the prompts it completes: whenever groups are
-    still missing, the prompts left waiting are fewer than the smallest count whose rows split over the ranks."""
-    for world_size in (1, 2, 3, 4):
-        for rest in range(1, 9):
-            step = world_size // math.gcd(rest, world_size)
-            for missing in range(12):
-                for waiting in range(16):
-                    count = continued_prompts(waiting, missing, world_size, rest)
-                    if count < missing:
-                        assert waiting - count < step and continued_prompts(waiting - count, 16, world_size, rest) == 0

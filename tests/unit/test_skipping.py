@@ -4,9 +4,9 @@ by key, hashed slots, priors, checkpoints, a batch recorded)."""
 import pytest
 import torch
 
-from trl_zerostd.predictors import PRIOR_DECAY, Outcome
 from trl_zerostd.sampling import PromptStream
-from trl_zerostd.skipping import GroupsOfOneSize, PromptSkipper, group_outcomes, group_successes, history_key
+from trl_zerostd.skipping import PromptSkipper, group_outcomes, group_successes, history_key
+from trl_zerostd.success_rate import Outcome
 
 LOW, HIGH, INFO = int(Outcome.ALL_LOW), int(Outcome.ALL_HIGH), int(Outcome.INFORMATIVE)
 
@@ -24,17 +24,24 @@ def test_group_outcomes_continuous_rewards_take_the_nearer_end():
     assert group_outcomes(rewards, valid, 2, 1e-6, (0.0, 1.0)).tolist() == [LOW, HIGH, LOW]
 
 
+def record(skipper: PromptSkipper, keys: list[int], right: list[float], group_size: int = 4) -> None:
+    """One generation batch of whole groups of a binary reward: ``right[i]`` rows right in the group of ``keys[i]``."""
+    successes = torch.tensor(right, dtype=torch.float64)
+    outcomes = torch.where(successes == 0, LOW, torch.where(successes == group_size, HIGH, INFO))
+    skipper.record(keys, outcomes, successes, torch.full((len(keys),), float(group_size), dtype=torch.float64))
+
+
 def test_rows_sharing_a_key_share_one_history():
-    """Keys pool rows: outcomes of row 0 ("hard") set the draw probability of row 2, never drawn, of the same key."""
-    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, keys=["hard", "easy", "hard", "easy"])
-    assert skipper.slots.tolist() == [0, 1, 0, 1] and len(skipper.history.kind) == 2
-    skipper.record([0, 0, 0], torch.tensor([LOW, LOW, LOW]))
-    p = skipper.predictor.explore.all_low
-    probs = skipper.draw_prob(torch.tensor([2, 1, 3]))
-    assert probs.tolist() == pytest.approx([max(p**3, 0.05), 1.0, 1.0])
-    per_row = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05)
-    per_row.record([0], torch.tensor([LOW]))
-    assert per_row.slots is None and per_row.draw_prob(torch.tensor([2])).tolist() == [1.0]
+    """Keys pool rows: the groups of row 0 ("hard") set the draw probability of row 2, never drawn, of the same key;
+    rows of the other key are drawn as never seen. Without keys each row has its own history."""
+    skipper = PromptSkipper.new(4, 0.05, 4, keys=["hard", "easy", "hard", "easy"])
+    assert skipper.slots.tolist() == [0, 1, 0, 1] and len(skipper.rates.successes) == 2
+    record(skipper, [0, 0, 0], [0.0, 0.0, 0.0])
+    probs = skipper.draw_prob(torch.tensor([2, 0, 1, 3]))
+    assert probs[0] == probs[1] < 1.0 and probs[2:].tolist() == [1.0, 1.0]
+    per_row = PromptSkipper.new(4, 0.05, 4)
+    record(per_row, [0], [0.0])
+    assert per_row.slots is None and per_row.draw_prob(torch.tensor([0, 2])).tolist()[1] == 1.0
 
 
 def test_history_key_is_stable_and_names_the_setting_for_non_json_values():
@@ -48,68 +55,48 @@ def test_history_key_is_stable_and_names_the_setting_for_non_json_values():
 
 def test_streaming_history_is_bounded_and_counts_collisions():
     """Hashed slots: a key's history is found again; a key that lands on a slot another holds is drawn as never seen
-    (the other's history is not applied to it), and recording it takes the slot over and counts an eviction."""
-    skipper = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
-    assert len(skipper.history.kind) == 8
-    skipper.record([3, 3], torch.tensor([LOW, LOW]))
-    p = skipper.predictor.explore.all_low
-    assert skipper.draw_prob(torch.tensor([3, 4])).tolist() == pytest.approx([max(p**2, 0.05), 1.0])
+    (the other's history is not applied to it), and recording it takes the slot over with a clean history and counts
+    an eviction."""
+    skipper = PromptSkipper.streaming(0.05, 4, num_slots=8)
+    assert len(skipper.rates.successes) == 8
+    record(skipper, [3, 3], [0.0, 0.0])
+    assert skipper.draw_prob(torch.tensor([3])).item() < 1.0 and skipper.draw_prob(torch.tensor([4])).item() == 1.0
     colliding = 3 + 8  # same slot as key 3
     assert skipper.draw_prob(torch.tensor([colliding])).tolist() == [1.0] and skipper.hashed.evictions == 0
-    skipper.record([colliding], torch.tensor([HIGH]))
+    record(skipper, [colliding], [2.0])
     assert skipper.hashed.evictions == 1
     assert skipper.draw_prob(torch.tensor([3])).tolist() == [1.0]  # 3's history is gone, not misapplied
-    assert skipper.history.kind[3] == HIGH and skipper.history.streak[3] == 1
-    restored = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
+    rates = skipper.rates
+    assert (rates.successes[3].item(), rates.rows[3].item(), rates.one_sided[3].item()) == (2.0, 4.0, 0.0)
+    assert rates.split[3]
+    restored = PromptSkipper.streaming(0.05, 4, num_slots=8)
     restored.load_state_dict(skipper.state_dict())
-    assert restored.hashed.evictions == 1 and restored.draw_prob(torch.tensor([colliding])).tolist() == pytest.approx(
-        skipper.draw_prob(torch.tensor([colliding])).tolist()
+    assert restored.hashed.evictions == 1
+    assert torch.equal(
+        restored.draw_prob(torch.tensor([colliding, 5])), skipper.draw_prob(torch.tensor([colliding, 5]))
     )
 
 
-def test_a_history_of_another_size_is_refused_on_load():
-    saved = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, keys=["a", "b", "a", "b"]).state_dict()
-    with pytest.raises(ValueError, match="skip_history_key differs"):
-        PromptSkipper.new(4, target=0.25, min_draw_prob=0.05).load_state_dict(saved)
-
-
-def test_a_prior_draws_a_never_drawn_prompt_by_its_groups_rate():
-    """Rows 0-5 in groups a, a, b, b, c, c. Group a: 2 of 4 outcomes informative, b: 1 of 4, c: 2 outcomes (too few
-    to trust: counted as informative, the best rate). Never-drawn rows take their group's rate over the best; a row
-    drawn before keeps its own history."""
-    skipper = PromptSkipper.new(6, target=0.25, min_draw_prob=0.05, prior_groups=["a", "a", "b", "b", "c", "c"])
-    outcomes = torch.tensor([INFO, INFO, HIGH, HIGH, INFO, LOW, LOW, LOW, LOW, LOW])
-    skipper.record([0, 0, 0, 0, 2, 2, 2, 2, 4, 4], outcomes)
-    assert skipper.predictor.prior.counts.tolist() == [[2.0, 4.0], [1.0, 4.0], [0.0, 2.0]]
-    p_low, p_high = skipper.predictor.explore.all_low, skipper.predictor.explore.all_high
-    probs = skipper.draw_prob(torch.arange(6))
-    assert probs.tolist() == pytest.approx([p_high**2, 0.5, p_low**3, 0.25, p_low**2, 1.0])
-    skipper.record([0, 0, 0, 0, 2, 2, 4, 4, 4], torch.tensor([LOW] * 4 + [INFO] + [LOW] * 4))  # counts decayed first
-    decay = PRIOR_DECAY
-    expected = [[2 * decay, 4 * decay + 4], [decay + 1, 4 * decay + 2], [0, 2 * decay + 3]]
-    torch.testing.assert_close(skipper.predictor.prior.counts, torch.tensor(expected, dtype=torch.float64))
-    rates = [informative / total for informative, total in expected]  # every group trusted now: b's is the best
-    assert skipper.draw_prob(torch.tensor([1, 3, 5])).tolist() == pytest.approx([rates[0] / rates[1], 1.0, 0.05])
-
-
-def test_a_prior_with_no_informative_group_yet_draws_every_prompt():
-    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, prior_groups=["a", "a", "b", "b"])
-    skipper.record([0, 0, 0, 0, 2, 2, 2, 2], torch.tensor([LOW] * 8))
-    assert skipper.draw_prob(torch.tensor([1, 3])).tolist() == [1.0, 1.0]  # no group is better than another
-
-
-def test_a_prior_is_checkpointed_and_a_mismatch_is_refused():
-    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, prior_groups=["a", "a", "b", "b"])
-    skipper.record([0, 0, 0, 0, 2], torch.tensor([INFO, LOW, LOW, LOW, INFO]))
-    restored = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, prior_groups=["a", "a", "b", "b"])
-    restored.load_state_dict(skipper.state_dict())
-    assert torch.equal(restored.predictor.prior.counts, skipper.predictor.prior.counts)
-    assert restored.draw_prob(torch.arange(4)).tolist() == skipper.draw_prob(torch.arange(4)).tolist()
-    for other in (PromptSkipper.new(4, 0.25, 0.05), PromptSkipper.new(4, 0.25, 0.05, prior_groups=list("abcc"))):
+def test_a_history_of_another_size_or_prior_is_refused_on_load():
+    saved = PromptSkipper.new(4, 0.05, 4, keys=["a", "b", "a", "b"]).state_dict()
+    with pytest.raises(ValueError, match="skip_history_key"):
+        PromptSkipper.new(4, 0.05, 4).load_state_dict(saved)
+    with_prior = PromptSkipper.new(4, 0.05, 4, prior_groups=["a", "a", "b", "b"])
+    record(with_prior, [0, 2], [1.0, 0.0])
+    restored = PromptSkipper.new(4, 0.05, 4, prior_groups=["a", "a", "b", "b"])
+    restored.load_state_dict(with_prior.state_dict())
+    assert torch.equal(restored.draw_prob(torch.arange(4)), with_prior.draw_prob(torch.arange(4)))
+    for other in (PromptSkipper.new(4, 0.05, 4), PromptSkipper.new(4, 0.05, 4, prior_groups=list("abcc"))):
         with pytest.raises(ValueError, match="skip_prior_key"):
-            other.load_state_dict(skipper.state_dict())
+            other.load_state_dict(with_prior.state_dict())
     with pytest.raises(ValueError, match="not both"):
-        PromptSkipper.new(4, 0.25, 0.05, keys=["a", "a", "b", "b"], prior_groups=["a", "a", "b", "b"])
+        PromptSkipper.new(4, 0.05, 4, keys=["a", "a", "b", "b"], prior_groups=["a", "a", "b", "b"])
+
+
+def test_a_skip_state_of_version_0_1_is_refused_naming_the_version():
+    old = {"history": {"kind": torch.zeros(4), "streak": torch.zeros(4)}, "predictor": {"kind": "success_rate"}}
+    with pytest.raises(ValueError, match="trl-zerostd 0.1"):
+        PromptSkipper.new(4, 0.05, 4).load_state_dict(old)
 
 
 def test_group_successes_rescale_rewards_and_leave_invalid_rows_out():
@@ -121,50 +108,23 @@ def test_group_successes_rescale_rewards_and_leave_invalid_rows_out():
     assert empty_range.tolist() == [0.0, 0.0]
 
 
-def test_skipper_success_rates_are_checkpointed_cleared_on_eviction_and_a_mismatch_is_refused():
-    skipper = PromptSkipper.streaming(
-        target=0.25, min_draw_prob=0.05, num_slots=8, predictor="success_rate", group_size=4
-    )
-    skipper.record([3], torch.tensor([HIGH]), torch.tensor([4.0], dtype=torch.float64), torch.tensor([4.0]))
-    assert skipper.draw_prob(torch.tensor([3])).item() < 1.0 and skipper.predictor.rates.rows[3].item() == 4.0
-    restored = PromptSkipper.streaming(
-        target=0.25, min_draw_prob=0.05, num_slots=8, predictor="success_rate", group_size=4
-    )
-    restored.load_state_dict(skipper.state_dict())
-    assert torch.equal(restored.draw_prob(torch.tensor([3])), skipper.draw_prob(torch.tensor([3])))
-    colliding = 3 + 8  # same slot, another prompt: it takes the slot over with a clean rate
-    skipper.record([colliding], torch.tensor([INFO]), torch.tensor([2.0], dtype=torch.float64), torch.tensor([4.0]))
-    assert skipper.predictor.rates.successes[3].item() == 2.0 and skipper.predictor.rates.rows[3].item() == 4.0
-    with pytest.raises(ValueError, match="needs each group's successes"):
-        skipper.record([3], torch.tensor([LOW]))
-    streak = PromptSkipper.streaming(target=0.25, min_draw_prob=0.05, num_slots=8)
-    with pytest.raises(ValueError, match="success rates do not match"):
-        streak.load_state_dict(skipper.state_dict())
-    with pytest.raises(ValueError, match="success rates do not match"):
-        restored.load_state_dict(streak.state_dict())
-
-
 def test_record_batch_turns_rewards_into_outcomes_and_metrics():
-    """Two whole groups of 4 (one tied at 1, one mixed), one tied screen of 2 (at 0), one screen never completed:
-    outcomes against the range widened by the batch, successes for the success rate, and the batch's metrics."""
-    skipper = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05, predictor="success_rate", group_size=4)
-    whole = GroupsOfOneSize(
-        torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), torch.ones(8, dtype=torch.bool), 4, [0, 1]
-    )
-    screen = GroupsOfOneSize(torch.tensor([0.0, 0.0]), torch.ones(2, dtype=torch.bool), 2, [2])
-    metrics = skipper.record_batch([whole, screen], unfinished_keys=[3], skipped=4, reward_range=None, atol=1e-6)
-    assert skipper.history.kind.tolist() == [HIGH, INFO, LOW, INFO] and skipper.history.streak.tolist() == [1] * 4
-    rates = skipper.predictor.rates
-    assert rates.successes.tolist() == [4.0, 1.0, 0.0, 0.0] and rates.rows.tolist() == [4.0, 4.0, 2.0, 0.0]
+    """Two groups of 4, one tied at 1 and one mixed: outcomes against the range widened by the batch, successes for
+    the success rate, and the batch's metrics; with a wider range, a group tied at 1 of 0 to 2 is all-low."""
+    skipper = PromptSkipper.new(4, 0.05, 4)
+    rewards, valid = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), torch.ones(8, dtype=torch.bool)
+    metrics = skipper.record_batch(rewards, valid, [0, 1], skipped=2, reward_range=None, atol=1e-6)
+    rates = skipper.rates
+    assert rates.successes.tolist() == [4.0, 1.0, 0.0, 0.0] and rates.rows.tolist() == [4.0, 4.0, 0.0, 0.0]
+    assert rates.one_sided.tolist()[0] == 4.0 and rates.split.tolist() == [False, True, False, False]
     assert metrics == {
-        "prompt_skip/prompts_drawn": 8,
+        "prompt_skip/prompts_drawn": 4,
         "prompt_skip/skipped_frac": 0.5,
         "prompt_skip/zero_std_group_frac": 0.5,
     }
-    streak = PromptSkipper.new(4, target=0.25, min_draw_prob=0.05)
-    metrics = streak.record_batch([whole], [], 0, reward_range=(0.0, 2.0), atol=1e-6)  # 1.0 is midway: all-low
-    assert streak.history.kind[:2].tolist() == [LOW, INFO]
-    assert metrics["prompt_skip/explore_prob_all_low"] == streak.predictor.explore.all_low
+    wider = PromptSkipper.new(4, 0.05, 4)
+    wider.record_batch(rewards, valid, [0, 1], 0, reward_range=(0.0, 2.0), atol=1e-6)  # 1.0 is midway: all-low
+    assert wider.rates.one_sided.tolist()[0] == -4.0
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -175,15 +135,15 @@ def test_prompts_tied_forever_are_drawn_at_the_floor_by_the_second_half(seed):
     here, the streak 0.19."""
     group_size, floor = 4, 0.2
     levels = torch.tensor([0.0] * 4 + [1.0] * 4 + [0.5] * 8)
-    skipper = PromptSkipper.new(16, 0.25, floor, predictor="success_rate", group_size=group_size)
+    skipper = PromptSkipper.new(16, floor, group_size)
     stream = PromptStream(16, seed)
     split = torch.tensor([1.0, 1.0, 0.0, 0.0])
     tied = generated = 0
     for step in range(100):
         keys, skipped = stream.draw(4, skipper.draw_prob)
         rewards = torch.stack([split if levels[key] == 0.5 else levels[key].expand(group_size) for key in keys])
-        part = GroupsOfOneSize(rewards.view(-1), torch.ones(rewards.numel(), dtype=torch.bool), group_size, keys)
-        skipper.record_batch([part], [], skipped, (0.0, 1.0), 1e-6)
+        valid = torch.ones(rewards.numel(), dtype=torch.bool)
+        skipper.record_batch(rewards.view(-1), valid, keys, skipped, (0.0, 1.0), 1e-6)
         if step >= 50:
             tied += sum(levels[key] != 0.5 for key in keys)
             generated += len(keys)

@@ -1,13 +1,13 @@
-"""Tests of ``trl_zerostd/success_rate.py``: the beta-binomial and the rate predictors."""
+"""Tests of ``trl_zerostd/success_rate.py``: the beta-binomial, the success rates and the stuck mixture."""
 
 import pytest
 import torch
 
-from trl_zerostd.predictors import PRIOR_DECAY, Outcome
-from trl_zerostd.skipping import PromptSkipper
 from trl_zerostd.success_rate import (
+    PRIOR_DECAY,
     RATE_PRIOR_ROWS,
     STUCK_PRIOR,
+    Outcome,
     SuccessRates,
     informative_prob,
     stuck_prob,
@@ -118,53 +118,28 @@ def record_binary(rates: SuccessRates, slots: torch.Tensor, successes: torch.Ten
     rates.record(slots, binary_outcomes(successes, rows.double()), successes, rows)
 
 
-def record_groups(predictor, slots: list[int], successes: list[float], group_size: int = 8) -> None:
-    """One generation batch of whole groups: ``successes`` right of ``group_size`` in each slot's group."""
-    right = torch.tensor(successes, dtype=torch.float64)
-    outcomes = torch.where(
-        right == 0,
-        int(Outcome.ALL_LOW),
-        torch.where(right == group_size, int(Outcome.ALL_HIGH), int(Outcome.INFORMATIVE)),
+def test_the_success_rates_are_checkpointed_and_a_mismatch_is_refused():
+    rates = SuccessRates.new(8, 6, list("aabbcc"))
+    record_binary(
+        rates, torch.tensor([0, 2, 4]), torch.tensor([3.0, 0.0, 8.0], dtype=torch.float64), torch.full((3,), 8.0)
     )
-    predictor.record(torch.tensor(slots), outcomes, right, torch.full((len(slots),), float(group_size)))
-
-
-def test_the_success_rate_is_checkpointed_and_a_mismatch_is_refused():
-    def skipper(predictor):
-        return PromptSkipper.new(6, 0.25, 0.05, prior_groups=list("aabbcc"), predictor=predictor, group_size=8)
-
-    trained = skipper("success_rate")
-    trained.record(
-        [0, 2, 4], torch.tensor([0, 1, 2]), torch.tensor([3.0, 0.0, 8.0], dtype=torch.float64), torch.full((3,), 8.0)
-    )
-    restored = skipper("success_rate")
-    restored.load_state_dict(trained.state_dict())
-    assert torch.equal(restored.draw_prob(torch.arange(6)), trained.draw_prob(torch.arange(6)))
-    assert restored.draw_prob(torch.arange(6)).tolist() != [1.0] * 6
-    for other in ("streak",):
+    restored = SuccessRates.new(8, 6, list("aabbcc"))
+    restored.load_state_dict(rates.state_dict())
+    assert torch.equal(restored.draw_prob(torch.arange(6), 0.05), rates.draw_prob(torch.arange(6), 0.05))
+    assert restored.draw_prob(torch.arange(6), 0.05).tolist() != [1.0] * 6
+    for other in (SuccessRates.new(8, 6), SuccessRates.new(8, 5, list("aabbc"))):
         with pytest.raises(ValueError, match="success rates do not match"):
-            skipper(other).load_state_dict(trained.state_dict())
-        with pytest.raises(ValueError, match="success rates do not match"):
-            skipper("success_rate").load_state_dict(skipper(other).state_dict())
-    with pytest.raises(ValueError, match="needs the rows of a group"):
-        PromptSkipper.new(6, 0.25, 0.05, predictor="success_rate")
+            other.load_state_dict(rates.state_dict())
 
 
 def test_a_prompts_beta_is_its_groups_rate_weighing_four_rows_plus_its_own_decayed_counts():
-    """What per-prompt budgets read as a prompt's prior (``SuccessRates.beta``, ``PromptSkipper.success_prior``)."""
-    skipper = PromptSkipper.new(3, 0.25, 0.05, prior_groups=["a", "a", "b"], predictor="success_rate", group_size=4)
-    skipper.record([0, 0], torch.zeros(2, dtype=torch.long), torch.tensor([0.0, 1.0], dtype=torch.float64),
-                   torch.tensor([4.0, 4.0], dtype=torch.float64))  # fmt: skip
-    a, b = skipper.success_prior([0, 1, 2])  # group "a": rate (1 + 1) / (8 + 2); slot 0: 1 success of 6 decayed rows
+    rates = SuccessRates.new(4, 3, ["a", "a", "b"])
+    record_binary(rates, torch.tensor([0, 0]), torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([4.0, 4.0]))
+    a, b = rates.beta(
+        torch.tensor([0, 1, 2])
+    )  # group "a": rate (1 + 1) / (8 + 2); slot 0: 1 success of 6 decayed rows
     torch.testing.assert_close(a, torch.tensor([0.8 + 1.0, 0.8, 2.0], dtype=torch.float64))
     torch.testing.assert_close(b, torch.tensor([3.2 + 5.0, 3.2, 2.0], dtype=torch.float64))
-    streak = PromptSkipper.new(3, 0.25, 0.05, predictor="streak")
-    assert streak.success_prior([0]) is None
-    hashed = PromptSkipper.streaming(0.25, 0.05, num_slots=8, predictor="success_rate", group_size=4)
-    hashed.record([9], torch.zeros(1, dtype=torch.long), torch.tensor([4.0], dtype=torch.float64),
-                  torch.tensor([4.0], dtype=torch.float64))  # fmt: skip
-    a, b = hashed.success_prior([9, 17])  # 17 shares 9's slot but not its history: the group prior alone
-    assert a[0] > a[1] and b[0] == b[1]  # 9's own 4 successes, none for 17
 
 
 def beta_alone_draw_prob(rates: SuccessRates, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:

@@ -1,0 +1,35 @@
+"""``benchmarks/time_to_accuracy_metrics.accuracy_at_tokens``: held-out accuracy at a token budget, the measure the
+stuck-prompts study (and the token-budget claims) read."""
+
+import math
+
+import pytest
+
+from benchmarks.accuracy_at_budget import lower_bound, paired_gains
+from benchmarks.time_to_accuracy_metrics import accuracy_at_tokens, run_tokens
+
+
+def record(tokens_per_step: list[float], evaluations: list[list[float]]) -> dict:
+    cumulative = [sum(tokens_per_step[: i + 1]) for i in range(len(tokens_per_step))]
+    steps = len(tokens_per_step)
+    return {"num_tokens": cumulative, "eval": evaluations, "step_time": [1.0] * steps, "generation_s": [0.5] * steps}
+
+
+def test_interpolates_in_tokens_between_evaluations_and_keeps_the_last_past_the_end():
+    """Steps of 100, 300, 100, 500 tokens, evaluated at steps 0, 2 and 4 (0, 400 and 1000 tokens)."""
+    run = record([100, 300, 100, 500], [[0, 0.2], [2, 0.6], [4, 0.3]])
+    assert run_tokens(run) == 1000
+    assert accuracy_at_tokens(run, 0) == 0.2
+    assert accuracy_at_tokens(run, 100) == pytest.approx(0.2 + 0.4 * 100 / 400)  # in tokens, not steps
+    assert accuracy_at_tokens(run, 400) == pytest.approx(0.6)
+    assert accuracy_at_tokens(run, 700) == pytest.approx(0.6 - 0.3 * 300 / 600)
+    assert accuracy_at_tokens(run, 5000) == 0.3  # past the run's end: its last evaluation
+
+
+def test_paired_gains_and_their_lower_bound():
+    """Per seed, accuracy at half of TRL's run tokens minus TRL's final (the mean of its last two evaluations)."""
+    trl = [record([100, 100, 100, 100], [[0, 0.1], [2, 0.3], [4, 0.5]]), record([50] * 4, [[0, 0.1], [4, 0.7]])]
+    ours = [record([100] * 4, [[0, 0.1], [2, 0.6], [4, 0.6]]), record([25] * 8, [[0, 0.1], [8, 0.3]])]
+    assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4, 0.2 - 0.4])  # 0.2: halfway to 0.3 in tokens
+    assert lower_bound([0.1, 0.2, 0.3]) == pytest.approx(0.2 - 1.886 * 0.1 / 3**0.5)
+    assert math.isnan(lower_bound([0.1]))
