@@ -7,11 +7,12 @@ final accuracy (the mean of its last two evaluations).
     python -m benchmarks.stuck_prompts --study real        # the real model's
 
 The runs are made by the studies themselves, into the folders named here (a run already there is not made again):
-after the change, ``python -m benchmarks.time_to_accuracy --arms trl skip-rate skip-rate-prior --runs_dir
-docs/results/stuck_prompts/spread_after`` (real model: ``python -m benchmarks.time_to_accuracy_real --arms
-skip-rate-prior --seeds 0 1 2 --runs_dir docs/results/stuck_prompts/real_after``); before it, the same command at
-commit ``aadc222`` with ``--runs_dir docs/results/stuck_prompts/spread_before`` (the real model's runs before it are
-the study's own, ``docs/results/time_to_accuracy_real/runs``). Writes ``--table`` (Markdown) and ``--plot``.
+after the change, ``python -m benchmarks.time_to_accuracy --arms skip-rate skip-rate-prior --seeds 0 1 2 3 4
+--runs_dir docs/results/stuck_prompts/spread_after`` (real model: ``python -m benchmarks.time_to_accuracy_real --arms
+skip-rate-prior --seeds 0 1 --runs_dir docs/results/stuck_prompts/real_after``); before it, at commit ``aadc222``,
+``python -m benchmarks.time_to_accuracy --arms trl skip-rate skip-rate-prior --seeds 0 1 2 3 4 --runs_dir
+docs/results/stuck_prompts/spread_before`` (the real model's runs before it, and TRL's, are the study's own,
+``docs/results/time_to_accuracy_real/runs``). Writes ``--table`` (Markdown) and ``--plot``.
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ FRACTIONS = (0.5, 1.0)  # of TRL's run tokens
 STUDIES = {
     "spread": {
         "arms": ["skip-rate", "skip-rate-prior"],
-        "seeds": list(range(10)),
-        "trl": "docs/results/stuck_prompts/spread_after",
+        "seeds": list(range(5)),
+        "trl": "docs/results/stuck_prompts/spread_before",
         "before": "docs/results/stuck_prompts/spread_before",
         "after": "docs/results/stuck_prompts/spread_after",
         "title": "Difficulty-spread task (tiny model)",
     },
     "real": {
         "arms": ["skip-rate-prior"],
-        "seeds": [0, 1, 2],
+        "seeds": [0, 1],
         "trl": "docs/results/time_to_accuracy_real/runs",
         "before": "docs/results/time_to_accuracy_real/runs",
         "after": "docs/results/stuck_prompts/real_after",
@@ -102,9 +103,9 @@ def plot(study: dict, path: str) -> None:
     grid = [i / 20 for i in range(21)]
     figure, axis = plt.subplots(figsize=(7, 4.5))
     curves = [("base TRL", trl, "black", "-")]
-    for arm in study["arms"]:
-        curves.append((f"{arm}, before", [load(study["before"], arm, s) for s in seeds], None, "--"))
-        curves.append((f"{arm}, after", [load(study["after"], arm, s) for s in seeds], None, "-"))
+    for arm, color in zip(study["arms"], ("tab:blue", "tab:red", "tab:green")):
+        curves.append((f"{arm}, before", [load(study["before"], arm, s) for s in seeds], color, "--"))
+        curves.append((f"{arm}, after", [load(study["after"], arm, s) for s in seeds], color, "-"))
     for label, records, color, style in curves:
         means = [
             statistics.fmean(accuracy_at_tokens(r, x * run_tokens(t)) for r, t in zip(records, trl)) for x in grid

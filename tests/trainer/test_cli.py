@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from trl_zerostd import cli
+from trl_zerostd.config import REMOVED_FIELDS
 
 
 def test_help_lists_trls_flags_and_ours(capsys):
@@ -17,6 +18,7 @@ def test_help_lists_trls_flags_and_ours(capsys):
     shown = capsys.readouterr().out
     flags = ("--reward_funcs", "--dataset_name", "--model_name_or_path", "--zero_std_kl", "--skip_zero_std_prompts")
     assert all(flag in shown for flag in flags)
+    assert not [name for name in REMOVED_FIELDS if f"--{name}" in shown]  # only what is left
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
