@@ -7,10 +7,10 @@ final accuracy (the mean of its last two evaluations).
     python -m benchmarks.stuck_prompts --study real        # the real model's
 
 The runs are made by the studies themselves, into the folders named here (a run already there is not made again):
-after the change, ``python -m benchmarks.time_to_accuracy --arms skip-rate skip-rate-prior --seeds 0 1 2 3 4
+after the change, ``python -m benchmarks.time_to_accuracy --arms skip-rate skip-rate-prior --seeds 0 1 2 3 4 5 6 7 8 9
 --runs_dir docs/results/stuck_prompts/spread_after`` (real model: ``python -m benchmarks.time_to_accuracy_real --arms
 skip-rate-prior --seeds 0 1 --runs_dir docs/results/stuck_prompts/real_after``); before it, at commit ``aadc222``,
-``python -m benchmarks.time_to_accuracy --arms trl skip-rate skip-rate-prior --seeds 0 1 2 3 4 --runs_dir
+``python -m benchmarks.time_to_accuracy --arms trl skip-rate skip-rate-prior --seeds 0 1 2 3 4 5 6 7 8 9 --runs_dir
 docs/results/stuck_prompts/spread_before`` (the real model's runs before it, and TRL's, are the study's own,
 ``docs/results/time_to_accuracy_real/runs``). Writes ``--table`` (Markdown) and ``--plot``.
 """
@@ -29,7 +29,7 @@ FRACTIONS = (0.5, 1.0)  # of TRL's run tokens
 STUDIES = {
     "spread": {
         "arms": ["skip-rate", "skip-rate-prior"],
-        "seeds": list(range(5)),
+        "seeds": list(range(10)),
         "trl": "docs/results/stuck_prompts/spread_before",
         "before": "docs/results/stuck_prompts/spread_before",
         "after": "docs/results/stuck_prompts/spread_after",
