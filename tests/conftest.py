@@ -9,7 +9,7 @@ import functools
 import pytest
 from transformers import AutoModelForCausalLM
 
-from examples.tiny_model import build_tokenizer, save_tiny_model
+from demo.tiny_model import build_tokenizer, save_tiny_model
 from tests.support.models import TinyVLM, save_tiny_moe_model, save_tiny_tool_model, tiny_llava, tiny_qwen2vl
 from tests.support.trainers import build_trainer
 

@@ -1,12 +1,38 @@
-"""Drop-in GRPO/RLOO trainers for TRL in which rows masked out of training have no influence anywhere."""
+"""Drop-in GRPO/RLOO trainers for TRL in which rows masked out of training have no influence anywhere.
 
-from ._compat import check_trl_version
+The package is laid out as its design (docs/flow.md):
 
-check_trl_version()
+- ``core``: the pure tensor math (groups, masks, advantages, the row plan of a batch) and the settings;
+- ``sampling``: the pure sampling side (prompt streams, the success-rate predictor, the refill planner);
+- ``trainer``: the adapter over TRL 1.16's trainers (the overrides, TRL's layout in one module, the configs).
 
-from .config import ZeroStdArguments, ZeroStdGRPOConfig, ZeroStdRLOOConfig  # noqa: E402
-from .grpo import ZeroStdGRPOTrainer  # noqa: E402
-from .rloo import ZeroStdRLOOTrainer  # noqa: E402
+``core`` and ``sampling`` import nothing of TRL, transformers, accelerate, datasets or peft; the trainers and configs
+below are imported (and TRL's version checked) when first used.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.3.0"
 __all__ = ["ZeroStdArguments", "ZeroStdGRPOConfig", "ZeroStdGRPOTrainer", "ZeroStdRLOOConfig", "ZeroStdRLOOTrainer"]
-__version__ = "0.2.0"
+EXPORTS = {
+    "ZeroStdArguments": "trl_zerostd.core.settings",
+    "ZeroStdGRPOConfig": "trl_zerostd.trainer.config",
+    "ZeroStdRLOOConfig": "trl_zerostd.trainer.config",
+    "ZeroStdGRPOTrainer": "trl_zerostd.trainer.grpo",
+    "ZeroStdRLOOTrainer": "trl_zerostd.trainer.rloo",
+}
+
+if TYPE_CHECKING:
+    from .core.settings import ZeroStdArguments
+    from .trainer.config import ZeroStdGRPOConfig, ZeroStdRLOOConfig
+    from .trainer.grpo import ZeroStdGRPOTrainer
+    from .trainer.rloo import ZeroStdRLOOTrainer
+
+
+def __getattr__(name: str):
+    if name in EXPORTS:
+        return getattr(importlib.import_module(EXPORTS[name]), name)
+    raise AttributeError(f"module 'trl_zerostd' has no attribute {name!r}")

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 
 import trl
 
-from .config import ZeroStdGRPOConfig, ZeroStdRLOOConfig, refuse_removed_flags
-from .grpo import ZeroStdGRPOTrainer
-from .rloo import ZeroStdRLOOTrainer
+from .core.settings import refuse_removed_flags
+from .trainer.config import ZeroStdGRPOConfig, ZeroStdRLOOConfig
+from .trainer.grpo import ZeroStdGRPOTrainer
+from .trainer.rloo import ZeroStdRLOOTrainer
 
 # command -> (TRL's script module, its script-arguments class, the trainer name its main imports from trl, ours)
 COMMANDS = {

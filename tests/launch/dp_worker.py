@@ -26,8 +26,8 @@ import torch
 from datasets import Dataset
 from torch import distributed
 
-from examples.tiny_model import build_tokenizer
-from examples.train_cli import end_run
+from demo.tiny_model import build_tokenizer
+from demo.train_cli import end_run
 from tests.support.trainers import (
     BASE_CLASSES,
     OUR_CLASSES,
@@ -36,8 +36,8 @@ from tests.support.trainers import (
     move_policy_away,
     stub_generation,
 )
-from trl_zerostd._adapter import ZeroStdAdapter
-from trl_zerostd.config import ZERO_STD_FIELDS
+from trl_zerostd.core.settings import ZERO_STD_FIELDS
+from trl_zerostd.trainer.adapter import ZeroStdAdapter
 
 GLOBAL_BATCH = 8
 # Completions cycle with period 2 over the rows of a generation call in their global order (this rank's call is its

@@ -25,9 +25,9 @@ import sys
 
 from transformers import TrainerCallback
 
-from examples.addition_task import addition_dataset, correct_sum_reward
-from examples.tiny_model import build_tokenizer
-from examples.train_cli import end_run
+from demo.addition_task import addition_dataset, correct_sum_reward
+from demo.tiny_model import build_tokenizer
+from demo.train_cli import end_run
 from tests.support.trainers import BASE_CLASSES, OUR_CLASSES
 
 CHECKPOINT_STEP, MAX_STEPS, GLOBAL_BATCH = 3, 6, 32

@@ -12,7 +12,7 @@ import pytest
 from tests.launch.dp_worker import SCENARIOS
 from tests.launch.dp_worker import main as run_worker
 from tests.support.launching import DP_WORKER, by_row, run_from_root, two_process_command
-from trl_zerostd.skipping import history_key
+from trl_zerostd.sampling.skipping import history_key
 
 TIMEOUT_S = 300
 

@@ -10,10 +10,10 @@ TINY_RUN = [
 
 
 def test_two_process_launch_of_the_example_exits_cleanly(tmp_path):
-    """A user's ``accelerate launch --multi_gpu --num_processes 2 -m examples.train_grpo`` (gloo on CPU) ends with exit
+    """A user's ``accelerate launch --multi_gpu --num_processes 2 scripts/train_grpo.py`` (gloo on CPU) ends with exit
     code 0 and no C++ abort: the script destroys the process group (``train_cli.main``). Without that, torch's gloo
     threads can abort the exit after training finished (``python -m tests.tools.stress_launches`` counts it)."""
-    command = two_process_command("examples.train_grpo", "--output_dir", str(tmp_path), *TINY_RUN, "--plot", "false")
+    command = two_process_command("scripts/train_grpo.py", "--output_dir", str(tmp_path), *TINY_RUN, "--plot", "false")
     done = run_from_root(command, timeout=300)
     assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-4000:]
     history = json.loads((tmp_path / "metrics.json").read_text())

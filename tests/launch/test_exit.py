@@ -1,6 +1,6 @@
-"""``trl_zerostd/_exit.py``: a process that made a trainer under a process group ends the group at exit by itself,
-and only at exit. (That this removes the abort at exit of two-process runs is measured by
-``python -m tests.tools.stress_launches --kinds user-...``, not here: the abort is rare and timing-dependent.)"""
+"""``trl_zerostd/trainer/process_exit.py``: a process that made a trainer under a process group ends the group at exit
+by itself, and only at exit. (That this removes the abort at exit of two-process runs is measured by ``python -m
+tests.tools.stress_launches --kinds user-...``, not here: the abort is rare and timing-dependent.)"""
 
 import subprocess
 import sys
@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
             Accelerator.freed = True
             print("models and optimizers dropped")
 
-    from trl_zerostd._exit import end_process_group_at_exit
+    from trl_zerostd.trainer.process_exit import end_process_group_at_exit
     accelerator = Accelerator()
     end_process_group_at_exit(accelerator)
     end_process_group_at_exit(Accelerator())  # a second trainer arms nothing more
@@ -49,7 +49,7 @@ ENGINE_SCRIPT = textwrap.dedent(
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="{port}")
     dist.init_process_group("gloo", rank=0, world_size=1)
     from tests.support.fake_vllm import Engine, FakeLLM
-    from trl_zerostd._exit import end_process_group_at_exit
+    from trl_zerostd.trainer.process_exit import end_process_group_at_exit
 
     FakeLLM.engine = Engine(tokenizer=None, complete=None, announce_shutdown=True)
     llm = FakeLLM(distributed_executor_backend="external_launcher")  # TRL builds the engine, then our state
@@ -74,6 +74,9 @@ def test_a_colocated_engine_shuts_down_before_the_group_is_destroyed():
 
 
 def test_no_handler_without_a_process_group():
-    script = "from trl_zerostd import _exit; _exit.end_process_group_at_exit(object()); print(_exit._armed)"
+    script = (
+        "from trl_zerostd.trainer import process_exit; "
+        "process_exit.end_process_group_at_exit(object()); print(process_exit._armed)"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.stdout.strip() == "None", done.stderr

@@ -20,7 +20,7 @@ import pytest
 from tests.launch.test_distributed import launch
 from tests.support.launching import DP_WORKER, ROOT, free_port, run_from_root
 
-CONFIG = ROOT / "examples" / "accelerate" / "fsdp2.yaml"
+CONFIG = ROOT / "scripts" / "accelerate" / "fsdp2.yaml"
 ZERO3_CONFIG = CONFIG.with_name("deepspeed_zero3.yaml")
 TIMEOUT_S = 300
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from examples.tiny_model import build_tokenizer
-from examples.train_cli import end_run
+from demo.tiny_model import build_tokenizer
+from demo.train_cli import end_run
 from tests.launch.dp_worker import checksum, record_trained_rows
 from tests.support.fake_vllm import Engine, completions_by_index, install
 from tests.support.trainers import OUR_CLASSES, move_policy_away

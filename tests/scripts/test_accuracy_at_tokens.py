@@ -1,12 +1,12 @@
-"""``benchmarks/time_to_accuracy_metrics.accuracy_at_tokens``: held-out accuracy at a token budget, the measure the
-stuck-prompts study (and the token-budget claims) read."""
+"""``scripts/studies/time_to_accuracy_metrics.accuracy_at_tokens``: held-out accuracy at a token budget, the measure
+the stuck-prompts study (and the token-budget claims) read."""
 
 import math
 
 import pytest
 
-from benchmarks.accuracy_at_budget import lower_bound, paired_gains
-from benchmarks.time_to_accuracy_metrics import accuracy_at_tokens, run_tokens
+from studies.accuracy_at_budget import lower_bound, paired_gains
+from studies.time_to_accuracy_metrics import accuracy_at_tokens, run_tokens
 
 
 def record(tokens_per_step: list[float], evaluations: list[list[float]]) -> dict:

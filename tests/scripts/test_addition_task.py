@@ -2,9 +2,9 @@
 
 import pytest
 
-from examples.addition_task import addition_dataset, correct_sum_reward, mean_reward, warm_start
-from examples.tiny_model import build_model
-from examples.train_cli import torch_threads
+from demo.addition_task import addition_dataset, correct_sum_reward, mean_reward, warm_start
+from demo.tiny_model import build_model
+from demo.train_cli import torch_threads
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.time_to_accuracy import TimeToAccuracyArguments
-from benchmarks.time_to_accuracy_arms import ARMS, arm_flags, groups_per_step
-from benchmarks.time_to_accuracy_real import ARMS_REAL, PLOT_ARMS, REPORT_ARMS_REAL
-from trl_zerostd.config import ZERO_STD_FIELDS
+from studies.time_to_accuracy import TimeToAccuracyArguments
+from studies.time_to_accuracy_arms import ARMS, arm_flags, groups_per_step
+from studies.time_to_accuracy_real import ARMS_REAL, PLOT_ARMS, REPORT_ARMS_REAL
+from trl_zerostd.core.settings import ZERO_STD_FIELDS
 
 
 def test_every_default_arm_exists():

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from examples.chat_arith_task import LEVELS, FinalAnswerReward, chat_arith_splits, final_answer, level_counts
+from demo.chat_arith_task import LEVELS, FinalAnswerReward, chat_arith_splits, final_answer, level_counts
 
 QUESTION = re.compile(r"What is (\d+) ([+*]) (\d+)\? Answer with the number only\.")
 EOS = 2
@@ -78,7 +78,7 @@ def test_reward_needs_an_ended_completion_and_logs_per_level():
 
 
 def test_cli_task_chat_arith_needs_a_real_model(tmp_path):
-    from examples.train_cli import run
+    from demo.train_cli import run
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     with pytest.raises(ValueError, match="model_name_or_path"):

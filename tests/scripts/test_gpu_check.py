@@ -1,9 +1,9 @@
-"""``benchmarks/gpu_check.py`` (``make gpu-check``) on CPU: without a GPU the command says so and exits 0, so CI is
-unaffected; its pure helpers (row alignment, syncs per step, stale rounds, the verdict, the table) are exact."""
+"""``scripts/studies/gpu_check.py`` (``make gpu-check``) on CPU: without a GPU the command says so and exits 0, so CI
+is unaffected; its pure helpers (row alignment, syncs per step, stale rounds, the verdict, the table) are exact."""
 
 import os
 
-from benchmarks.gpu_check import (
+from studies.gpu_check import (
     CASES_BY_NAME,
     EXIT_LIMIT_S,
     MAX_STEPS,
@@ -18,7 +18,7 @@ from benchmarks.gpu_check import (
 )
 from tests.support.launching import one_process_command, run_from_root
 
-COMMAND = one_process_command("benchmarks.gpu_check")  # make gpu-check
+COMMAND = one_process_command("scripts/studies/gpu_check.py")  # make gpu-check
 
 
 def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):

@@ -1,4 +1,4 @@
-"""The sampled held-out evaluation (examples/held_out_eval.py): on TRL's schedule, TRL's own evaluation off, its
+"""The sampled held-out evaluation (scripts/demo/held_out_eval.py): on TRL's schedule, TRL's own evaluation off, its
 metrics in entries of their own, and no effect on training (its sampling runs under a forked RNG)."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 
 def spread_run(tmp_path, *flags):
-    from examples.train_cli import run
+    from demo.train_cli import run
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     argv = [

@@ -1,6 +1,6 @@
-"""The scripts beside the package (``benchmarks/``, ``examples/``) import only names the package defines: a name that
-moves between modules must move in every script too (two benchmarks failed to import for a while after the
-composition refactor, unnoticed, because no test imports them)."""
+"""The scripts beside the package (``scripts/``: the main job, the demo tasks, the studies) import only names the
+package defines: a name that moves between modules must move in every script too (two benchmarks failed to import for a
+while after the composition refactor, unnoticed, because no test imports them)."""
 
 import ast
 import importlib
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(path for folder in ("benchmarks", "examples") for path in (ROOT / folder).glob("[!_]*.py"))
+SCRIPTS = sorted(path for path in (ROOT / "scripts").rglob("[!_]*.py"))
 
 
 def package_imports(path: Path) -> list[tuple[str, str]]:

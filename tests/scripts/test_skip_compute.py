@@ -2,7 +2,7 @@
 
 import json
 
-from benchmarks.skip_compute import BenchArguments, format_table, run_benchmark, zero_variance_batch
+from studies.skip_compute import BenchArguments, format_table, run_benchmark, zero_variance_batch
 
 REQUIRED_KEYS = {
     "f",

@@ -5,7 +5,7 @@ import collections
 
 import pytest
 
-from examples.spread_task import BANDS, band_counts, banded_sum_reward, spread_splits
+from demo.spread_task import BANDS, band_counts, banded_sum_reward, spread_splits
 
 
 def test_bands_shares_and_prompt_shapes():
@@ -56,7 +56,7 @@ def test_banded_reward_logs_accuracy_and_tied_groups_per_band():
 
 
 def test_cli_task_spread_evaluates_on_the_held_out_split(tmp_path):
-    from examples.train_cli import run
+    from demo.train_cli import run
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     argv = [

@@ -1,6 +1,6 @@
 import pytest
 
-from benchmarks.step_cost import StepCostArguments, main
+from studies.step_cost import StepCostArguments, main
 
 
 @pytest.mark.parametrize(("arms", "steps"), [(["trl", "trl-g4"], [3]), (["trl"], [0]), (["trl", "trl"], [3, 3])])
@@ -16,7 +16,7 @@ def test_cpu_threads_reach_every_run_and_the_table(monkeypatch, tmp_path):
         launched.extend(jobs)
         return [[2.0, 1.0, 3.0] for _ in jobs]
 
-    monkeypatch.setattr("benchmarks.step_cost.run_all", fake_run_all)
+    monkeypatch.setattr("studies.step_cost.run_all", fake_run_all)
     table = tmp_path / "table.md"
     main(StepCostArguments(arms=["trl", "trl-g4"], steps=[3, 6], table=str(table), cpu_threads=2))
     assert [job[1][-2:] for job in launched] == [["--cpu_threads", "2"]] * 2  # after the study's "--cpu_threads 1"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.time_to_accuracy_metrics import targets
+from studies.time_to_accuracy_metrics import targets
 
 
 def run(arm: str, seed: int, rewards: list[float]) -> dict:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from examples.train_cli import ScriptArguments, load_train_dataset, reward_summary, run
+from demo.train_cli import ScriptArguments, load_train_dataset, reward_summary, run
 from tests.support.trainers import OUR_CLASSES
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
@@ -78,14 +78,14 @@ def test_reward_summary_compares_first_and_last_steps():
 
 
 def test_package_flags_are_stripped_for_trl_configs():
-    from examples.train_cli import without_package_flags
+    from demo.train_cli import without_package_flags
 
     argv = ["--max_steps", "5", "--zero_std_normalization", "exclude", "--mask_zero_std_groups=false", "--beta", "0.1"]
     assert without_package_flags(argv) == ["--max_steps", "5", "--beta", "0.1"]
 
 
 def test_plot_compares_runs_and_falls_back_to_trl_zero_std_metric(tmp_path):
-    from examples.train_cli import moving_average, plot_metrics
+    from demo.train_cli import moving_average, plot_metrics
 
     ours = [
         {"step": s, "reward": s / 20, "kl": 0.1, "zero_std/masked_group_frac": 0.5, "grad_norm": 1.0}

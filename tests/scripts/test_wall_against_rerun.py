@@ -1,6 +1,6 @@
 """The wall-time table against base TRL made again (`trl-rerun`) under the later arms' load."""
 
-from benchmarks.time_to_accuracy_checks import wall_against_rerun
+from studies.time_to_accuracy_checks import wall_against_rerun
 
 
 def run(arm: str, seed: int, step_s: float) -> dict:

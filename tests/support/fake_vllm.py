@@ -53,6 +53,7 @@ class Engine:
     llm_kwargs: dict = field(default_factory=dict)
     sleeps: list[int] = field(default_factory=list)
     announce_shutdown: bool = False  # print when the external-launcher teardown ran (tests/launch/test_exit.py)
+    mark_origin: bool = True  # False: completions exactly as ``complete`` writes them (tool calls the loop parses)
 
     def load(self, name: str, tensor: torch.Tensor) -> None:
         self.weights[name] = tensor.detach().clone()
@@ -71,7 +72,8 @@ class Engine:
         for ids in prompt_ids:
             prompt = self.tokenizer.decode(ids, skip_special_tokens=True)
             for _ in range(n):
-                text = marked(self.complete(prompt, seen[prompt]), prompt)
+                text = self.complete(prompt, seen[prompt])
+                text = marked(text, prompt) if self.mark_origin else text
                 seen[prompt] += 1
                 tokens = self.tokenizer(text, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
                 out.append(tokens[:max_tokens])

@@ -1,10 +1,12 @@
 """How the multi-process tests start their workers: as modules (``accelerate launch ... -m tests.launch.dp_worker``,
-``python -m tests.launch.resume_worker``), run from the repository root. ``python -m`` puts the directory it starts
-in first on ``sys.path``, so every process of a launch imports ``tests.support``, ``examples`` and this checkout's
-``trl_zerostd`` with no path set up; the scripts of ``examples/`` and ``benchmarks/`` run the same way."""
+``python -m tests.launch.resume_worker``), run from the repository root, or a script by path (``accelerate launch
+... scripts/train_grpo.py``, as a user runs it). ``python -m`` puts the directory it starts in first on ``sys.path``,
+so every process of a launch imports ``tests.support`` and this checkout's ``trl_zerostd``; ``scripts/`` (the demo
+tasks and the tiny model the workers build) is put on ``PYTHONPATH``, as pytest's ``pythonpath`` does in process."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -24,22 +26,33 @@ def free_port() -> str:
 
 
 def one_process_command(module: str, *args: str) -> list[str]:
-    """``python -m module args``: one process, no launcher."""
-    return [sys.executable, "-m", module, *args]
+    """``python -m module args``: one process, no launcher; a ``module`` ending in ``.py`` is a script run by path."""
+    return [sys.executable, *([module] if module.endswith(".py") else ["-m", module]), *args]
 
 
 def two_process_command(module: str, *args: str) -> list[str]:
-    """``accelerate launch -m module args`` over 2 CPU processes (gloo), on a free port."""
+    """``accelerate launch -m module args`` over 2 CPU processes (gloo), on a free port; a ``module`` ending in
+    ``.py`` is a script launched by path."""
+    target = [module] if module.endswith(".py") else ["-m", module]
     return [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
-        "-m", module, *args,
+        *target, *args,
     ]  # fmt: skip
+
+
+def scripts_on_path(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) with ``scripts/`` first on ``PYTHONPATH``."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "scripts"), env.get("PYTHONPATH")]))
+    return env
 
 
 def run_from_root(command: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``command`` from the repository root (where its ``-m`` module resolves), its output captured."""
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=scripts_on_path(env)
+    )
 
 
 def by_row(results):

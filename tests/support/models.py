@@ -1,6 +1,6 @@
 """Tiny models built locally for the tests: vision-language models in TRL's two image layouts, a mixture of experts
 and a model whose tokenizer has Qwen3's chat template for tools (the char-level Qwen2 itself:
-``examples.tiny_model``)."""
+``demo.tiny_model``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from examples.tiny_model import build_model, build_tokenizer
+from demo.tiny_model import build_model, build_tokenizer
 
 
 # Tiny vision-language models, built locally, in the two layouts TRL handles differently: LLaVA (CLIP vision tower,

@@ -1,4 +1,4 @@
-"""Hypothesis strategies and helpers shared by ``test_core.py`` and ``test_estimators.py``.
+"""Hypothesis strategies and helpers shared by the tests of ``core`` (``tests/core``).
 
 Draws small batches (``G`` in 2..6 generations, 1..5 groups, 1..3 reward functions, some ``None`` rewards).
 """
@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from trl_zerostd import estimators
+from trl_zerostd.core import advantages
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -79,13 +79,13 @@ def bools(draw, n):
 
 
 def grpo(batch, stat_rows, **mode):
-    return estimators.grpo_advantages(
+    return advantages.grpo_advantages(
         batch.rewards_per_func, batch.reward_weights, batch.num_generations, stat_rows, **mode
     )
 
 
 def rloo(batch, stat_rows, normalize_advantages=False, with_kl=False, beta=0.05, reward_clip_range=None):
-    return estimators.rloo_advantages(
+    return advantages.rloo_advantages(
         batch.rewards_per_func,
         batch.reward_weights,
         batch.num_generations,

@@ -15,7 +15,7 @@ from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
 from tests.support.models import TinyVLM
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer, ZeroStdRLOOConfig, ZeroStdRLOOTrainer
-from trl_zerostd.config import ZERO_STD_FIELDS
+from trl_zerostd.core.settings import ZERO_STD_FIELDS
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # TRL 1.16's GRPO losses
 PROMPTS = ["1+1=", "2+3=", "4+4=", "3+5=", "2+2=", "1+6=", "5+3=", "7+1="]

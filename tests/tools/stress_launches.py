@@ -27,13 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.launching import DP_WORKER, ROOT, free_port
+from tests.support.launching import DP_WORKER, ROOT, free_port, scripts_on_path
 
-EXAMPLES = ROOT / "examples"
+SCRIPTS = ROOT / "scripts"
 ABORT_MESSAGE = "terminate called"
 DDP = ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
-FSDP2 = ["--config_file", str(EXAMPLES / "accelerate" / "fsdp2.yaml")]
-ZERO3 = ["--config_file", str(EXAMPLES / "accelerate" / "deepspeed_zero3.yaml")]
+FSDP2 = ["--config_file", str(SCRIPTS / "accelerate" / "fsdp2.yaml")]
+ZERO3 = ["--config_file", str(SCRIPTS / "accelerate" / "deepspeed_zero3.yaml")]
 FSDP_ENV = {"ACCELERATE_USE_CPU": "true", "ZEROSTD_TEST_CPU_FSDP": "1"}
 ZERO3_ENV = {"DS_ACCELERATOR": "cpu", "ACCELERATE_USE_CPU": "false"}
 # name -> (launch flags, worker arguments after MODEL_DIR OUT_DIR, extra environment); "example-*": a user's run
@@ -71,7 +71,7 @@ def launch(kind: str, model_dir: str, out_dir: str, timeout_s: int) -> tuple[int
         script = ["-m", __spec__.name, *script_args]
     elif kind == "example-train-grpo":
         flags, _, env = KINDS[kind]
-        script = ["-m", "examples.train_grpo", "--output_dir", out_dir, "--max_steps", "2", "--plot", "false",
+        script = ["scripts/train_grpo.py", "--output_dir", out_dir, "--max_steps", "2", "--plot", "false",
                   "--warm_start_steps", "0", "--num_prompts", "64", "--per_device_train_batch_size", "16"]  # fmt: skip
     else:
         flags, worker_args, env = {**KINDS, **USER_KINDS}[kind]
@@ -83,8 +83,8 @@ def launch(kind: str, model_dir: str, out_dir: str, timeout_s: int) -> tuple[int
     start = time.perf_counter()
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env}, check=False,
-            cwd=ROOT,
+            command, capture_output=True, text=True, timeout=timeout_s, env=scripts_on_path({**os.environ, **env}),
+            check=False, cwd=ROOT,
         )  # fmt: skip
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as expired:
@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=300, help="Seconds before one launch counts as hung.")
     args = parser.parse_args()
 
-    from examples.tiny_model import save_tiny_model
+    from demo.tiny_model import save_tiny_model
 
     failures, counts, start = [], dict.fromkeys(args.kinds, 0), time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:

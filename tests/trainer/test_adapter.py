@@ -10,7 +10,7 @@ import pytest
 import torch
 from peft import LoraConfig
 
-from benchmarks.skip_compute import ForwardCounter
+from studies.skip_compute import ForwardCounter
 from tests.support.trainers import (
     INFORMATIVE,
     LOSS_TYPES,
@@ -32,7 +32,7 @@ from tests.support.trainers import (
     train_batch,
 )
 from trl_zerostd import ZeroStdGRPOTrainer, ZeroStdRLOOTrainer
-from trl_zerostd._hooks import TrainerHooks
+from trl_zerostd.trainer.hooks import TrainerHooks
 
 
 def micro_batches(trainer, prompts, completions, steps):
@@ -446,10 +446,10 @@ def test_a_trainer_built_without_init_falls_back_to_trl(make_trainer, kind):
 
 
 def test_a_trainer_missing_a_hook_cannot_be_built():
-    """The adapter's hooks (``_hooks.TrainerHooks``) are abstract: both trainers implement every one, and a trainer
-    that leaves one out is refused at construction, naming it."""
+    """The adapter's hooks (``trainer.hooks.TrainerHooks``) are abstract: both trainers implement every one, and a
+    trainer that leaves one out is refused at construction, naming it."""
     assert not ZeroStdGRPOTrainer.__abstractmethods__ and not ZeroStdRLOOTrainer.__abstractmethods__
-    assert len(TrainerHooks.__abstractmethods__) == 9
+    assert len(TrainerHooks.__abstractmethods__) == 10
 
     class NoAdvantages(ZeroStdGRPOTrainer):
         _advantages = TrainerHooks._advantages

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from trl_zerostd import cli
-from trl_zerostd.config import REMOVED_FIELDS
+from trl_zerostd.core.settings import REMOVED_FIELDS
 
 
 def test_help_lists_trls_flags_and_ours(capsys):
@@ -43,7 +43,7 @@ def test_a_local_model_and_dataset_train_with_our_trainer(command, tiny_model_di
     (data / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     cli.main([
         command, "--model_name_or_path", tiny_model_dir, "--dataset_name", str(data),
-        "--reward_funcs", "examples.addition_task.correct_sum_reward", "--output_dir", str(tmp_path / "out"),
+        "--reward_funcs", "demo.addition_task.correct_sum_reward", "--output_dir", str(tmp_path / "out"),
         "--max_steps", "1", "--num_generations", "4", "--per_device_train_batch_size", "8",
         "--max_completion_length", "4", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
         "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1", "--beta", "0.04",

@@ -1,4 +1,4 @@
-"""Dynamic sampling through the trainers (``trl_zerostd/refill.py``): refill rounds, the cap, reproducibility,
+"""Dynamic sampling through the trainers (``trl_zerostd/sampling/refill.py``): refill rounds, the cap, reproducibility,
 resume, eval identity, the skip history it feeds and the trained batch against TRL's on the same groups."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.support.trainers import (
     stub_generation,
     train_batch,
 )
-from trl_zerostd.state import STATE_FILE
+from trl_zerostd.trainer.state import STATE_FILE
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

@@ -1,5 +1,5 @@
-"""Prompt skipping through the trainers (``trl_zerostd/skipping.py``, ``success_rate.py``, ``refill.py``): skip
-decisions and the per-prompt success rates, reproducibility, resume, history and prior keys."""
+"""Prompt skipping through the trainers (``trl_zerostd/sampling/skipping.py``, ``success_rate.py``, ``refill.py``):
+skip decisions and the per-prompt success rates, reproducibility, resume, history and prior keys."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 
 from tests.support.refill import DATA, DYNAMIC, SKIP, tied_or_informative, trained_groups
 from tests.support.trainers import stub_generation, train_batch
-from trl_zerostd.sampling import PromptStream
-from trl_zerostd.state import SKIP_STATE_FILE
+from trl_zerostd.sampling.streams import PromptStream
+from trl_zerostd.trainer.state import SKIP_STATE_FILE
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

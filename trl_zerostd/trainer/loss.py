@@ -1,0 +1,120 @@
+"""The loss side of the plumbing: TRL's loss on the rows of a micro-batch that its row roles give it.
+
+Each micro-batch carries its rows' ``RowRole`` (``row_role``, shuffled and split with the batch by TRL). Under
+``"keep"`` every row is handed to TRL's loss, so its row and ``num_items_in_batch`` normalisers are the base ones;
+under ``"exclude"`` the rows this package masked are dropped.
+Every rank hands the loss as many rows as the rank that needs most, padding with its own dropped rows: TRL's loss
+gathers one value per row across ranks, which needs equal counts. Of the rows handed over, only those that train
+(policy or KL term) are forwarded; the others are placeholders with a zero loss mask and constant log-probs: importance
+ratio 1, KL 0, entropy 0, loss and gradient exactly 0. With a zero loss mask they also stay out of every token
+statistic TRL takes over the mask (entropy quantile, adaptive-entropy mean, logged kl/entropy/clip ratios).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+
+from .. import core
+
+ROLE_KEY, BASE_LOSS_MASK_KEY = "row_role", "base_loss_mask"  # per-row loss-time data carried in TRL's batch dict
+
+
+def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
+    """The given ``rows`` of a dict of batch fields (TRL's batch, or a forward's keyword arguments): per-row tensors
+    (first dimension ``batch_size``) and lists indexed; image fields, which are flat over images, patches or tiles,
+    split per row by TRL's ``split_pixel_values_by_grid``, indexed, and joined again; anything else as it is."""
+    images = fields.get("pixel_values") is not None and fields.get("num_images") is not None
+    if images:  # TRL's split reads a key's presence: a forward's keyword arguments name absent fields with None
+        present = split_pixel_values_by_grid({key: value for key, value in fields.items() if value is not None})
+        fields = {key: present.get(key) for key in fields}
+    index = rows.tolist()
+    selected = {}
+    for key, value in fields.items():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == batch_size:
+            value = value[rows.to(value.device)]
+        elif isinstance(value, list) and len(value) == batch_size:
+            value = [value[i] for i in index]
+        selected[key] = value
+    if not images:
+        return selected
+    joined = unsplit_pixel_values_by_grid({key: value for key, value in selected.items() if value is not None})
+    return {key: joined.get(key) for key in selected}
+
+
+@dataclass(frozen=True)
+class LossCall:
+    """One micro-batch's loss: its ``rows`` and the ``(B, T)`` constant log-probs of the rows it does not forward."""
+
+    rows: core.LossRows
+    fill_logps: torch.Tensor
+
+
+def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """This rank's ``(B,)`` row roles and advantages into TRL's ``output``: a row the loss does not forward gets a zero
+    completion (and tool) mask, and each row's role and base loss mask (completion tokens, tool tokens out) travel with
+    the batch to the loss. Returns the ``(B, T)`` base loss mask."""
+    mask = output["completion_mask"]
+    loss_mask = mask * output["tool_mask"] if output.get("tool_mask") is not None else mask
+    forwarded = (role >= core.RowRole.KL_ONLY).unsqueeze(1).to(loss_mask.dtype)
+    output["advantages"] = advantages.to(output["advantages"])
+    output["completion_mask"] = output["completion_mask"] * forwarded
+    if output.get("tool_mask") is not None:
+        output["tool_mask"] = output["tool_mask"] * forwarded
+    output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
+    return loss_mask
+
+
+def loss_call(
+    inputs: dict, normalization: str, most_rows: Callable[[int], int]
+) -> tuple[dict, LossCall, torch.Tensor]:
+    """A micro-batch (``inputs``, TRL's with ``mark_rows``'s keys) for TRL's loss under ``normalization``: its rows
+    (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs, every rank calls it), the ``LossCall``
+    and the ``(B', T)`` base loss mask of the rows kept."""
+    inputs = dict(inputs)
+    role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
+    rows = core.plan_loss_rows(role.cpu(), normalization, most_rows(core.loss_rows_needed(role.cpu(), normalization)))
+    kept = rows.kept.to(role.device)
+    if len(kept) < len(role):
+        inputs = select_rows(inputs, kept, len(role))
+    fill = inputs.get("old_per_token_logps")
+    fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
+    return inputs, LossCall(rows=rows, fill_logps=fill), base_loss_mask[kept]
+
+
+def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    """The loss's policy forward (``forward``: TRL's ``_get_per_token_logps_and_entropies``) of the rows that train;
+    the others get ``call.fill_logps`` and zero entropy, as constants. With none, one row is still forwarded at zero
+    weight, so every rank runs the same forward and collectives (DDP, ZeRO-3/FSDP gathers), and a MoE auxiliary loss
+    gets zero weight."""
+    device = input_ids.device
+    forwarded = call.rows.forwarded.to(device)
+    rows = forwarded if len(forwarded) else torch.zeros(1, dtype=torch.long, device=device)
+    kwargs = select_rows(kwargs, rows, input_ids.shape[0])
+    logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs)
+
+    def place(fill: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if len(forwarded) == 0:  # `out` is the zero-weight row's
+            return fill.to(out.dtype) + 0.0 * out.sum()
+        return fill.to(out.dtype).index_put((forwarded,), out)
+
+    if entropies is not None:  # a row kept for its KL term gets no entropy bonus: its entropy is a constant
+        kl_only = (call.rows.role.to(device)[forwarded] == core.RowRole.KL_ONLY).unsqueeze(1)
+        entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
+    if aux_loss is not None and len(forwarded) == 0:
+        aux_loss = 0.0 * aux_loss
+    return place(call.fill_logps, logps), entropies, aux_loss
+
+
+def rows_forward(rows, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+    """A scoring forward (``forward``: TRL's ``_get_per_token_logps_and_entropies``) of the ``(R,)`` ``rows`` only
+    (None: every row); the others get log-probs 0, which nothing reads."""
+    if rows is None:
+        return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+    rows = rows.to(input_ids.device)
+    kwargs = select_rows(kwargs, rows, input_ids.shape[0])
+    logps, entropies, aux_loss = forward(model, input_ids[rows], attention_mask[rows], logits_to_keep, *args, **kwargs)
+    return logps.new_zeros(input_ids.shape[0], logits_to_keep).index_put((rows,), logps), entropies, aux_loss
