@@ -46,13 +46,19 @@ def submit_call(prompt: str, i: int) -> str:
 class EpisodeEnvironment:
     """A stateful environment as users write them: ``reset()`` draws a new episode (an id from a run-wide counter) and
     shows it in the observation; ``submit`` records the answer and the episode the model named; ``get_reward`` reads
-    that state. ``resets`` counts every reset of every instance."""
+    that state. ``resets`` counts every reset of every instance; ``reset_twice_in_a_batch`` the resets of an instance
+    whose rollout of the same generation batch had not yet been logged."""
 
     resets = 0
     first_episode = 1  # a launch's rank numbers its episodes from its own base, so ids are unique across ranks
     rewarded: list[tuple[int, int]] = []  # (episode drawn at reset, episode the rollout's tool call named)
+    reset_in_batch: set[int] = set()  # the instances reset in the generation batch running (the test clears it)
+    reset_twice_in_a_batch = 0  # resets of an instance that still held a rollout of the same batch
 
     def reset(self, **row) -> str:
+        if id(self) in EpisodeEnvironment.reset_in_batch:
+            EpisodeEnvironment.reset_twice_in_a_batch += 1
+        EpisodeEnvironment.reset_in_batch.add(id(self))
         self.task, self.episode, self.named = row["task"], EpisodeEnvironment.first_episode + self.resets, None
         EpisodeEnvironment.resets += 1
         return f" [{row['task']}] episode {self.episode}."

@@ -151,14 +151,16 @@ def test_each_rollout_resets_its_environment_once_and_logs_its_own_prompt(tiny_t
 
 
 def assert_episodes_kept(results: list[dict]) -> None:
-    """Per rank: resets equal rollouts scored, each scored from its own episode; the completions log (every rank's
-    rows, gathered) pairs each completion with its own prompt, batch after batch."""
+    """Per rank: resets equal rollouts scored, each scored from its own episode, and no instance reset again while it
+    holds a rollout of the batch (each keeps its rollout's state until the batch is logged); the completions log
+    (every rank's rows, gathered) pairs each completion with its own prompt, batch after batch."""
     from tests.launch.episode_worker import GLOBAL_BATCH, STEPS
 
     for result in results:
-        assert result["resets"] == len(result["rewarded"]) > 0
+        assert result["resets"] == len(result["rewarded"]) > 0 and result["reset_twice_in_a_batch"] == 0
         assert all(drawn == named for drawn, named in result["rewarded"])
         assert len(result["logged"]) == GLOBAL_BATCH * STEPS
+        assert result["reward_entries"] == [1] * STEPS  # a dropped round's metrics never reach TRL's store
         assert all(prompt == completion for prompt, completion in result["logged"]), result["logged"]
 
 

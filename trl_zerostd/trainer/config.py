@@ -53,8 +53,9 @@ def check_compatible(settings: ZeroStdArguments, args, kind: str, has_rollout_fu
                 "top_entropy_quantile < 1."
             )
     # A refill round hands a rollout_func rows that are not aligned groups of num_generations copies (a round's share
-    # on a rank), and TRL's server path needs them aligned: a rollout that asks the server for num_generations
-    # completions of every num_generations-th prompt would train on another prompt's.
+    # on a rank), and TRL's server path needs them aligned: VLLMGeneration.generate, which a rollout_func calls with
+    # the trainer's num_generations, asks the server for them of every num_generations-th gathered prompt (TRL 1.16
+    # trl/generation/vllm_generation.py, line 605), so a completion would train against another prompt.
     refills = settings.dynamic_sampling or settings.skip_zero_std_prompts
     server = getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", "") == "server"
     if refills and has_rollout_func and server:
