@@ -6,6 +6,12 @@ those paired differences.
 
     python scripts/studies/accuracy_at_budget.py                    # the real-model study's arms, from their records
     python scripts/studies/accuracy_at_budget.py --runs_dir DIR --arms trl keep_failed --seeds 0 1 2 --table out.md
+    python scripts/studies/accuracy_at_budget.py --tokens generated_tokens completion_tokens prompt_once_tokens
+
+Tokens are counted three ways (``--tokens``, one table each): every generated sequence's prompt and completion
+tokens (``generated_tokens``, TRL's ``num_tokens``), completion tokens alone, and completions plus each prompt once per
+group (``prompt_once_tokens``: what an engine that caches prefixes prefills). A seed whose records predate a count is
+left out of that table.
 
 Reads the run records the studies write (``scripts/studies/runs.py``); runs nothing.
 """
@@ -37,6 +43,11 @@ LABELS = {
     "keep_failed-g4": "`keep_failed`, `num_generations=4`",
     "cgrpo-g8": "the peer `trl-cgrpo`, grid 2, 4, 8",
 }
+TOKEN_LABELS = {
+    "generated_tokens": "tokens as TRL counts them (prompt and completion of every row)",
+    "completion_tokens": "completion tokens only",
+    "prompt_once_tokens": "completions plus each prompt once per group",
+}
 
 
 @dataclass
@@ -47,6 +58,9 @@ class AccuracyAtBudgetArguments:
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     fractions: list[float] = field(default_factory=lambda: [1 / 3, 0.5, 1.0], metadata={"help": "Of TRL's tokens."})
+    tokens: list[str] = field(
+        default_factory=lambda: ["generated_tokens"], metadata={"help": f"Token counts, of {list(TOKEN_LABELS)}."}
+    )
     table: str | None = field(default=None, metadata={"help": "Where to write the Markdown table (default: print)."})
 
 
@@ -76,19 +90,27 @@ def fraction_label(fraction: float) -> str:
     return {1 / 3: "a third", 0.5: "half", 1.0: "all"}.get(fraction, f"{fraction:g}x")
 
 
-def table(args: AccuracyAtBudgetArguments) -> str:
-    """One row per arm with records on every seed that TRL has: its paired differences at each fraction."""
+def counted_by(record: dict | None, tokens: str) -> dict | None:
+    """``record`` with its token count read as ``tokens`` (None: the record lacks that count)."""
+    if record is None or tokens == "generated_tokens":
+        return record
+    return {**record, "generated_tokens": record[tokens]} if record.get(tokens) else None
+
+
+def table(args: AccuracyAtBudgetArguments, tokens: str = "generated_tokens") -> str:
+    """One row per arm with records on every seed that TRL has: its paired differences at each fraction, in
+    ``tokens``."""
     folder = Path(args.runs_dir)
 
     def record(arm: str, seed: int) -> dict | None:
         path = folder / f"{arm}-seed{seed}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        return counted_by(json.loads(path.read_text()), tokens) if path.exists() else None
 
     trl = {seed: record("trl", seed) for seed in args.seeds}
     header = " | ".join(f"at {fraction_label(f)} of TRL's tokens" for f in args.fractions)
     lines = [
-        f"Held-out accuracy minus base TRL's final, paired by seed: mean ± sd (one-sided 90% lower bound). Records: "
-        f"`{args.runs_dir}`.",
+        f"Held-out accuracy minus base TRL's final, paired by seed: mean ± sd (one-sided 90% lower bound); "
+        f"{TOKEN_LABELS.get(tokens, tokens)}. Records: `{args.runs_dir}`.",
         "",
         f"| arm (seeds) | {header} |",
         "|---|" + "---|" * len(args.fractions),
@@ -105,7 +127,7 @@ def table(args: AccuracyAtBudgetArguments) -> str:
 
 
 def main(args: AccuracyAtBudgetArguments) -> None:
-    text = table(args)
+    text = "\n\n".join(table(args, tokens) for tokens in args.tokens)
     if args.table:
         Path(args.table).write_text(text + "\n")
     print(text)

@@ -27,6 +27,14 @@ RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple:
     "informative_group_frac": "dynamic_sampling/informative_group_frac",
     "skipped_frac": "prompt_skip/skipped_frac",
     "completions_per_prompt": "cgrpo/mean_k",  # the peer's (scripts/studies/peer_cgrpo.py) conformal budgets
+    # tied_group_signal: the share of groups that train on their tie; mean |advantage| per loss token of their rows
+    # (all, all-right, all-wrong) and of the informative rows
+    "tied_trained_group_frac": "zero_std/tied_trained_group_frac",
+    "tied_adv_abs": "zero_std/tied_adv_abs_mean",
+    "tied_high_adv_abs": "zero_std/tied_high_adv_abs_mean",
+    "tied_low_adv_abs": "zero_std/tied_low_adv_abs_mean",
+    "informative_adv_abs": "zero_std/informative_adv_abs_mean",
+    "entropy": "entropy",  # TRL's: the policy's mean token entropy over the loss tokens
     # --task spread / chat_arith: of the groups that train
     "all_wrong_group_frac": ("spread/all_wrong_group_frac", "level/all_wrong_group_frac"),
     "all_right_group_frac": ("spread/all_right_group_frac", "level/all_right_group_frac"),

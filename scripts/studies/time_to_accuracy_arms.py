@@ -65,6 +65,10 @@ LOW_FLOOR = ("--skip_min_draw_prob", "0.02")  # a prompt predicted zero-variance
 KEEP_FAILED = ("--zero_std_kl", "keep_failed")
 REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
+ENTROPY_SIGNAL = ("--tied_group_signal", "entropy")  # RL-ZVP: tied groups train on entropy-shaped advantages
+ZVP_SCALES = {"-a005": "0.05", "-a01": "0.1", "-a02": "0.2", "-a04": "0.4"}  # its tied_group_scale
+CALIBRATED_SIGNAL = ("--tied_group_signal", "calibrated")  # tied groups against the prompt's success-rate estimate
+CALIBRATED_SCALES = {"-cal05": "0.5", "-cal1": "1.0", "-cal2": "2.0"}
 ARMS: dict[str, Arm] = {}
 
 
@@ -123,6 +127,12 @@ def groups_of(width: int) -> tuple[str, ...]:
 for arm in ("trl", "keep_failed"):
     add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
 add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
+# Tied groups that learn (docs/studies/tied_groups.md): RL-ZVP's entropy-shaped advantages at each scale; "zvp" alone
+# trains the tied groups in full, which keep_failed's KL term on the failed ones is a part of
+add(*(Arm(f"zvp{suffix}", (*ENTROPY_SIGNAL, "--tied_group_scale", scale)) for suffix, scale in ZVP_SCALES.items()))
+add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
+for suffix, scale in CALIBRATED_SCALES.items():  # it reads prompt skipping's estimate, with the prior by level
+    add(ARMS["skip-rate-prior"].variant(suffix, *CALIBRATED_SIGNAL, "--tied_group_scale", scale))
 # Base TRL made again, two runs at a time as the later arms ran, evaluated at steps 5 and 15 too: what the cached TRL
 # runs' 10-step evaluation grid and conditions not recorded (running alone ruled out) do to the ratios against them
 add(Arm("trl-rerun", trl=True))

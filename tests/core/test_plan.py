@@ -270,3 +270,34 @@ def test_plan_metrics_are_shares_of_groups_rows_and_tokens():
         "masked/row_frac/rejected": 0.0,
     })  # fmt: skip
     assert "zero_std/kl_kept_row_frac" not in core.plan_metrics(plan, tokens, "mask")
+
+
+def test_tied_groups_train_only_with_two_valid_rows_tied_at_an_end():
+    """Groups of 4: all wrong; all right with one truncated row; one valid row (the others unscorable); tied in the
+    middle of the range; informative; all wrong with one row whose verifier returned None. Only the rows the tie was
+    decided on, in groups of at least two such rows tied at an end of the range, get a sign; the informative rows
+    alone are ``trainable``."""
+    nan = float("nan")
+    rewards = torch.tensor([0, 0, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0.5, 0.5, 0.5, 0.5, 1, 0, 1, 0, 0, 0, 0, nan])
+    truncated = torch.zeros(24, dtype=torch.bool)
+    truncated[7] = True
+    unscorable = torch.zeros(24, dtype=torch.bool)
+    unscorable[9:12] = True
+    plan = core.decide_row_plan(
+        rewards, 4, truncated=truncated, unscorable=unscorable, rejected=torch.zeros(24, dtype=torch.bool),
+        reward_range=(0.0, 1.0), tied_groups_train=True,
+    )  # fmt: skip
+    sign = [-1] * 4 + [1, 1, 1, 0] + [0] * 4 + [0] * 4 + [0] * 4 + [-1, -1, -1, 0]
+    assert plan.tied_sign.tolist() == sign
+    assert plan.tied_training_groups.tolist() == [True, True, False, False, False, True]
+    assert plan.trainable.nonzero().view(-1).tolist() == [16, 17, 18, 19]
+    assert plan.role[plan.tied_sign != 0].eq(ROLE.TRAIN).all()
+    assert plan.reasons["zero_std"].nonzero().view(-1).tolist() == [8, 12, 13, 14, 15, 23]
+    off = core.decide_row_plan(
+        rewards, 4, truncated=truncated, unscorable=unscorable, rejected=torch.zeros(24, dtype=torch.bool),
+        reward_range=(0.0, 1.0),
+    )  # fmt: skip
+    assert not off.tied_sign.any() and torch.equal(off.trainable, plan.trainable)
+    metrics = core.plan_metrics(plan, torch.ones(24), "mask")
+    assert metrics["zero_std/tied_trained_group_frac"] == pytest.approx(3 / 6)
+    assert metrics["zero_std/masked_group_frac"] == pytest.approx(2 / 6)

@@ -24,7 +24,8 @@ def test_defaults(config_cls, tmp_path):
 @pytest.mark.parametrize(
     ("field", "value"),
     [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("zero_std_atol", -1.0),
-     ("zero_std_atol", float("nan")), ("dynamic_sampling_max_rounds", 0), ("zero_std_reward_funcs", "accuracy")],
+     ("zero_std_atol", float("nan")), ("dynamic_sampling_max_rounds", 0), ("zero_std_reward_funcs", "accuracy"),
+     ("tied_group_signal", "always"), ("tied_group_scale", 0.5)],
 )  # fmt: skip
 def test_bad_values_name_the_field(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
@@ -35,6 +36,7 @@ def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
+        "tied_group_signal": ("none", "entropy", "calibrated"),
     }
 
 
@@ -117,3 +119,10 @@ def test_a_removed_field_is_refused_by_name_with_what_to_use_instead(field, tmp_
 
 def test_flags_and_config_files_of_kept_fields_pass():
     refuse_removed_flags(["--skip_zero_std_prompts", "true", "--skip_min_draw_prob=0.1", "--max_steps", "3"])
+
+
+def test_tied_group_scale_must_be_positive_and_tied_groups_need_masking(tmp_path):
+    with pytest.raises(ValueError, match="tied_group_scale must be > 0"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_signal="entropy", tied_group_scale=0.0)
+    with pytest.raises(ValueError, match="set mask_zero_std_groups=True"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_signal="entropy", mask_zero_std_groups=False)

@@ -121,3 +121,32 @@ def clipped_task_reward(
     if reward_clip_range:
         rewards = rewards.clamp(min=reward_clip_range[0], max=reward_clip_range[1])
     return rewards
+
+
+def calibrated_tied_advantages(tied_sign: torch.Tensor, success_rates: torch.Tensor, scale: float) -> torch.Tensor:
+    """A calibrated baseline for the rows of tied groups that train on their tie (SPO, arXiv 2509.13232): each row's
+    success (1 on an all-right group, 0 on an all-wrong one) against its prompt's success-rate estimate ``p``, so an
+    all-right row gets ``scale * (1 - p)`` and an all-wrong one ``-scale * p``: a tie the prompt's history did not
+    expect teaches most, a prompt that always fails teaches nothing. ``tied_sign``, ``success_rates``: ``(N,)``.
+    Returns ``(N,)``, 0 on rows of sign 0."""
+    won = (tied_sign > 0).to(success_rates.dtype)
+    return scale * (won - success_rates) * (tied_sign != 0)
+
+
+def entropy_shaped_advantages(
+    tied_sign: torch.Tensor, entropies: torch.Tensor, loss_mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """RL-ZVP's token advantages (arXiv 2509.21880) for the rows of tied groups that train on their tie.
+
+    ``tied_sign`` ``(B,)``: +1 (an all-right group), -1 (all-wrong), 0 (no signal); ``entropies`` ``(B, T)``: the
+    policy's token entropies (nats; read as constants); ``loss_mask`` ``(B, T)``. An all-right row's token gets
+    ``scale * H(t)``: its uncertain tokens, where it could have gone wrong, are reinforced most. An all-wrong row gets
+    ``-scale * (max_k H(k) - H(t))``, max over the row's loss tokens: its confident tokens are pushed down most.
+    Returns ``(B, T)``, 0 outside ``loss_mask`` and on rows of sign 0.
+    """
+    mask = loss_mask.to(entropies.dtype)
+    entropy = entropies.detach() * mask
+    peak = entropy.amax(dim=1, keepdim=True)  # entropies are >= 0, so masked tokens (0) never raise it
+    sign = tied_sign.to(entropies.dtype).unsqueeze(1)
+    shaped = torch.where(sign > 0, entropy, peak - entropy)
+    return scale * sign * shaped * mask

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 import torch
 
-from .groups import MASK_REASONS, expand_groups, tied_groups, zero_std_groups
+from .groups import MASK_REASONS, expand_groups, grouped, tied_groups, zero_std_groups
 
 
 class RowRole(IntEnum):
@@ -31,7 +31,9 @@ class RowPlan:
     ``reasons`` maps each of ``MASK_REASONS`` to an ``(N,)`` bool mask; ``role`` is ``(N,)`` ``RowRole`` values; the
     ``trainable`` rows are the only ones allowed into any statistic (group mean and std, leave-one-out baseline, batch
     std) that other rows' advantages come from, and a row outside them gets advantage exactly 0. ``zero_std_groups``,
-    ``low_tied_groups`` and ``high_tied_groups`` are ``(N // G,)`` bool.
+    ``low_tied_groups``, ``high_tied_groups`` and ``tied_training_groups`` (the tied groups that train on their tie,
+    ``tied_group_signal``) are ``(N // G,)`` bool. ``tied_sign`` ``(N,)`` float: +1 on the valid rows of a high-tied
+    group that trains on its tie, -1 on a low-tied one's, 0 elsewhere; those rows train and are outside ``trainable``.
     """
 
     reasons: Mapping[str, torch.Tensor]
@@ -39,10 +41,13 @@ class RowPlan:
     zero_std_groups: torch.Tensor
     low_tied_groups: torch.Tensor
     high_tied_groups: torch.Tensor
+    tied_training_groups: torch.Tensor
+    tied_sign: torch.Tensor
 
     @property
     def trainable(self) -> torch.Tensor:
-        return self.role == RowRole.TRAIN
+        """The informative rows that train: the only ones any advantage statistic reads."""
+        return (self.role == RowRole.TRAIN) & (self.tied_sign == 0)
 
     @property
     def masked(self) -> torch.Tensor:
@@ -65,14 +70,16 @@ def decide_row_plan(
     zero_std_atol: float = 1e-6,
     zero_std_kl: str = "mask",
     reward_range: tuple[float, float] | None = None,
+    tied_groups_train: bool = False,
 ) -> RowPlan:
     """Apply the one rule (SEMANTICS.md) to a gathered batch.
 
     Truncated, unscorable and rejected rows are invalid. A group is zero-variance over its valid rows; its valid
     rows are masked with reason ``zero_std``. ``zero_std_kl`` keeps the KL term of the zero-variance rows tied at the
     low end of ``reward_range`` (the lowest and highest task rewards seen in training), or of all of them; while the
-    range is one level (a constant reward so far), no group is low- or high-tied. ``truncated`` marks rows TRL already
-    masks (``mask_truncated_completions``).
+    range is one level (a constant reward so far), no group is low- or high-tied. ``tied_groups_train``: the valid
+    rows of a low- or high-tied group with at least two of them train instead (``tied_sign``). ``truncated`` marks
+    rows TRL already masks (``mask_truncated_completions``).
     """
     valid = ~(truncated | unscorable | rejected)
     if mask_zero_std_groups:
@@ -84,7 +91,8 @@ def decide_row_plan(
         low = high = None  # one level seen: a group tied at it has neither failed nor succeeded against another
     low_tied = zero_groups & tied_groups(task_rewards, valid, num_generations, zero_std_atol, low)
     high_tied = zero_groups & ~low_tied & tied_groups(task_rewards, valid, num_generations, zero_std_atol, high)
-    zero_std = expand_groups(zero_groups, num_generations) & valid
+    learning, tied_sign = _tied_training(task_rewards, valid, num_generations, low_tied, high_tied, tied_groups_train)
+    zero_std = expand_groups(zero_groups, num_generations) & valid & (tied_sign == 0)
 
     role = torch.full_like(task_rewards, RowRole.TRAIN, dtype=torch.long)
     keeps_kl = {"mask": torch.zeros_like(zero_groups), "keep_failed": low_tied, "keep": zero_groups}[zero_std_kl]
@@ -98,7 +106,17 @@ def decide_row_plan(
         zero_std_groups=zero_groups,
         low_tied_groups=low_tied,
         high_tied_groups=high_tied,
+        tied_training_groups=learning,
+        tied_sign=tied_sign,
     )
+
+
+def _tied_training(task_rewards, valid, num_generations, low_tied, high_tied, on: bool):
+    """The ``(N // G,)`` tied groups that train on their tie (``on``: at least two rows the tie was decided on, valid
+    and scored by the deciding functions) and the ``(N,)`` sign of those rows (+1 high-tied, -1 low-tied)."""
+    tied_rows = valid & ~torch.isnan(task_rewards)
+    learning = (low_tied | high_tied) & (grouped(tied_rows, num_generations).sum(dim=1) >= 2) & on
+    return learning, expand_groups((high_tied.float() - low_tied.float()) * learning, num_generations) * tied_rows
 
 
 def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> dict[str, float]:
@@ -111,15 +129,34 @@ def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> d
         return (mask.sum() / count).item()
 
     metrics = {
-        "zero_std/masked_group_frac": share(plan.zero_std_groups, groups),
+        "zero_std/masked_group_frac": share(plan.zero_std_groups & ~plan.tied_training_groups, groups),
         "zero_std/all_low_group_frac": share(plan.low_tied_groups, groups),
         "zero_std/all_high_group_frac": share(plan.high_tied_groups, groups),
         "zero_std/masked_token_frac": share(row_tokens * plan.reasons["zero_std"], row_tokens.sum().clamp(min=1)),
     }
+    if plan.tied_sign.any():
+        metrics["zero_std/tied_trained_group_frac"] = share(plan.tied_training_groups, groups)
     if zero_std_kl != "mask":
         metrics["zero_std/kl_kept_row_frac"] = share(plan.role == RowRole.KL_ONLY, rows)
     for reason in MASK_REASONS:
         metrics[f"masked/row_frac/{reason}"] = share(plan.reasons[reason], rows)
+    return metrics
+
+
+def row_advantage_metrics(
+    tied_advantages: torch.Tensor, tied_sign: torch.Tensor, advantages: torch.Tensor, trainable: torch.Tensor
+) -> dict[str, float]:
+    """Mean absolute advantage per row of the tied rows that train (all, all-right, all-wrong: ``tied_advantages``
+    where ``tied_sign`` is +1 or -1) and of the informative ``trainable`` rows (``advantages``), all ``(N,)``; a kind
+    of row the batch lacks is left out."""
+    kinds = {"tied": tied_sign != 0, "tied_high": tied_sign > 0, "tied_low": tied_sign < 0}
+    metrics = {
+        f"zero_std/{kind}_adv_abs_mean": tied_advantages[rows].abs().mean().item()
+        for kind, rows in kinds.items()
+        if rows.any()
+    }
+    if trainable.any():
+        metrics["zero_std/informative_adv_abs_mean"] = advantages[trainable].abs().mean().item()
     return metrics
 
 

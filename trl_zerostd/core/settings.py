@@ -40,6 +40,20 @@ class ZeroStdArguments:
             "zero-variance group. Kept rows train on their KL term only and stay out of every statistic."
         },
     )
+    tied_group_signal: Literal["none", "entropy", "calibrated"] = field(
+        default="none",
+        metadata={
+            "help": "GRPO: what the rows of a zero-variance group with at least two valid rows, all tied at the lowest"
+            " or highest task reward seen in training, train on. 'none': nothing, they are masked. 'entropy' "
+            "(RL-ZVP): token advantages from the policy's entropy, +scale*H(t) on an all-right group, "
+            "-scale*(max H - H(t)) on an all-wrong one. 'calibrated' (prompt skipping): scale*(1 - p) on an all-right "
+            "group, -scale*p on an all-wrong one, p the prompt's success-rate estimate. Their rows then train "
+            "(policy and KL terms) and count in every normaliser; they never enter another group's advantage."
+        },
+    )
+    tied_group_scale: float = field(
+        default=0.1, metadata={"help": "The scale of tied_group_signal's advantages (> 0; 'entropy': per nat)."}
+    )
     dynamic_sampling: bool = field(
         default=False,
         metadata={
@@ -103,7 +117,9 @@ ZERO_STD_FIELDS = tuple(f.name for f in fields(ZeroStdArguments))
 # them across steps, so a resume may change them. Every other field configures an object with state (the prompt
 # stream, the refill, the skipper and its histories) and may not change on resume; zero_std_atol decides masking too,
 # but the refill's counts and the skip histories were counted under it.
-PER_BATCH_FIELDS = ("mask_zero_std_groups", "zero_std_normalization", "zero_std_kl")
+PER_BATCH_FIELDS = (
+    "mask_zero_std_groups", "zero_std_normalization", "zero_std_kl", "tied_group_signal", "tied_group_scale",
+)  # fmt: skip
 # A field set away from its default needs a feature on: (field, the feature, what the field does for it)
 NEEDS = (
     ("dynamic_sampling_max_rounds", "dynamic_sampling", "caps the rounds of dynamic sampling"),
@@ -184,6 +200,7 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             raise ValueError(f"{name}={value!r} {role}, which is off: set {feature}=True, or leave {name} unset.")
     if not settings.zero_std_atol >= 0:  # also rejects NaN
         raise ValueError(f"zero_std_atol must be >= 0 (reward units), got {settings.zero_std_atol!r}.")
+    _validate_tied_groups(settings)
     if not settings.dynamic_sampling_max_rounds >= 1:
         raise ValueError(
             "dynamic_sampling_max_rounds must be >= 1 (the first round included), "
@@ -207,4 +224,25 @@ def validate_settings(settings: ZeroStdArguments) -> None:
             f"skip_prior_key={settings.skip_prior_key!r} with skip_history_key={settings.skip_history_key!r}: "
             "the prior is for prompts with no history of their own, and skip_history_key pools every prompt of "
             "a key into one history. Set one of them."
+        )
+
+
+def _validate_tied_groups(settings: ZeroStdArguments) -> None:
+    """The checks of ``tied_group_signal`` and ``tied_group_scale`` (``validate_settings``)."""
+    if settings.tied_group_signal == "none" and settings.tied_group_scale != 0.1:
+        raise ValueError(
+            f"tied_group_scale={settings.tied_group_scale!r} scales tied_group_signal's advantages, which is 'none': "
+            "set tied_group_signal, or leave tied_group_scale unset."
+        )
+    if not settings.tied_group_scale > 0:
+        raise ValueError(f"tied_group_scale must be > 0, got {settings.tied_group_scale!r}.")
+    if settings.tied_group_signal == "calibrated" and not settings.skip_zero_std_prompts:
+        raise ValueError(
+            "tied_group_signal='calibrated' reads each prompt's success-rate estimate, which prompt skipping keeps: "
+            "set skip_zero_std_prompts=True."
+        )
+    if settings.tied_group_signal != "none" and not settings.mask_zero_std_groups:
+        raise ValueError(
+            f"tied_group_signal={settings.tied_group_signal!r} trains the zero-variance groups that "
+            "mask_zero_std_groups=False never finds: set mask_zero_std_groups=True."
         )

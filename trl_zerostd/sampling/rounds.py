@@ -119,7 +119,8 @@ class GeneratedPool:
 class RefilledBatch:
     """This rank's rows of the groups that train, their generation records (the trainer joins them into what TRL's
     ``_generate`` returns) and the columns reward functions logged for them, the gathered ``(N, K)`` rewards and
-    ``(N,)`` truncation of the batch, and the refill's train metrics."""
+    ``(N,)`` truncation of the batch, and the refill's train metrics; with prompt skipping, ``success_rates``
+    ``(N,)``: each row's prompt's success-rate estimate from the groups before this batch."""
 
     rows: list[dict]
     records: list[tuple]
@@ -127,3 +128,4 @@ class RefilledBatch:
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
     metrics: dict[str, float]
+    success_rates: torch.Tensor | None = None

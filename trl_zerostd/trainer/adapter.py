@@ -167,7 +167,8 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         rows = len(output["advantages"])
         rank_rows = slice(self.accelerator.process_index * rows, (self.accelerator.process_index + 1) * rows)
         role = plan.role[rank_rows].to(output["advantages"].device)
-        row_tokens = gather(mark_rows(output, role, advantages[rank_rows]).sum(dim=1))
+        shaped_at_loss = plan.tied_sign[rank_rows] * (self._state.settings.tied_group_signal == "entropy")
+        row_tokens = gather(mark_rows(output, role, advantages[rank_rows], shaped_at_loss).sum(dim=1))
         exclude = self._state.settings.zero_std_normalization == "exclude"
         if exclude and not plan.forwarded.all() and "num_items_in_batch" in output:
             output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])
@@ -209,13 +210,14 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         if ROLE_KEY not in inputs:
             return super()._compute_loss(model, inputs)
         most_rows = partial(self._over_ranks, reduction="max")
-        inputs, call, base_loss_mask = loss_call(inputs, self._state.settings.zero_std_normalization, most_rows)
+        inputs, call, base_loss_mask = loss_call(inputs, self._state.settings, most_rows)
         inputs = self._loss_inputs(inputs, call, base_loss_mask)
         self._loss_call = call
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
             self._loss_call = None
+        self._log(call.tied_metrics())
         trained, step_ends = int((call.rows.role >= core.RowRole.KL_ONLY).sum()), self.accelerator.sync_gradients
         self._log(*self._state.observe_trained_rows(trained, step_ends, partial(self._over_ranks, reduction="sum")))
         return loss

@@ -26,6 +26,11 @@ def check_num_generations(config) -> None:
 def check_compatible(settings: ZeroStdArguments, args, kind: str, has_rollout_func: bool = False) -> None:
     """Refuse, naming the settings, the combinations with TRL's own fields (and a trainer's ``rollout_func``) that
     this package cannot honour."""
+    if kind == "rloo" and settings.tied_group_signal != "none":
+        raise ValueError(
+            f"tied_group_signal={settings.tied_group_signal!r} is built and studied for GRPO only "
+            "(docs/studies/tied_groups.md): use ZeroStdGRPOTrainer, or leave tied_group_signal unset."
+        )
     if kind == "rloo" and settings.zero_std_kl != "mask":
         raise ValueError(
             f"zero_std_kl={settings.zero_std_kl!r} applies to GRPO's KL loss term; RLOO folds beta * KL into the "

@@ -19,8 +19,11 @@ import torch
 from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from .. import core
+from ..core.advantages import entropy_shaped_advantages
+from ..core.settings import ZeroStdArguments
 
-ROLE_KEY, BASE_LOSS_MASK_KEY = "row_role", "base_loss_mask"  # per-row loss-time data carried in TRL's batch dict
+# per-row loss-time data carried in TRL's batch dict
+ROLE_KEY, BASE_LOSS_MASK_KEY, TIED_SIGN_KEY = "row_role", "base_loss_mask", "tied_sign"
 
 
 def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
@@ -46,17 +49,54 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
 
 
 @dataclass(frozen=True)
+class TiedTokens:
+    """The micro-batch's rows that train on their group's tie (``tied_group_signal="entropy"``): ``sign`` ``(B,)``
+    (``RowPlan.tied_sign``), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages`` ``(B, T)`` is the tensor TRL's loss
+    reads as ``inputs["advantages"]``; ``loss_forward`` writes these rows' entropy-shaped advantages into it from the
+    policy forward's entropies, which TRL 1.16's ``_compute_loss`` computes before it reads the advantages."""
+
+    sign: torch.Tensor
+    loss_mask: torch.Tensor
+    scale: float
+    advantages: torch.Tensor
+
+    def metrics(self, trained: torch.Tensor) -> dict[str, float]:
+        """Mean absolute advantage per loss token of the tied rows (all, all-right, all-wrong) and of the informative
+        ones among the ``(B,)`` bool ``trained`` rows, from ``advantages`` once filled; a kind of row the micro-batch
+        lacks is left out."""
+        size, tokens = self.advantages.abs() * self.loss_mask, self.loss_mask
+        kinds = {"tied": self.sign != 0, "tied_high": self.sign > 0, "tied_low": self.sign < 0}
+        kinds["informative"] = trained.to(self.sign.device) & (self.sign == 0)
+        return {
+            f"zero_std/{kind}_adv_abs_mean": float(size[rows].sum() / tokens[rows].sum())
+            for kind, rows in kinds.items()
+            if tokens[rows].sum() > 0
+        }
+
+    def fill(self, entropies: torch.Tensor) -> None:
+        rows = self.sign != 0
+        shaped = entropy_shaped_advantages(self.sign, entropies, self.loss_mask, self.scale)
+        self.advantages[rows] = shaped[rows].to(self.advantages.dtype)
+
+
+@dataclass(frozen=True)
 class LossCall:
-    """One micro-batch's loss: its ``rows`` and the ``(B, T)`` constant log-probs of the rows it does not forward."""
+    """One micro-batch's loss: its ``rows``, the ``(B, T)`` constant log-probs of the rows it does not forward and,
+    where some rows train on their group's tie, their ``tied`` tokens."""
 
     rows: core.LossRows
     fill_logps: torch.Tensor
+    tied: TiedTokens | None = None
+
+    def tied_metrics(self) -> dict[str, float]:
+        """``TiedTokens.metrics`` once the loss ran (none without tied rows)."""
+        return {} if self.tied is None else self.tied.metrics(self.rows.policy)
 
 
-def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """This rank's ``(B,)`` row roles and advantages into TRL's ``output``: a row the loss does not forward gets a zero
-    completion (and tool) mask, and each row's role and base loss mask (completion tokens, tool tokens out) travel with
-    the batch to the loss. Returns the ``(B, T)`` base loss mask."""
+def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor, tied_sign: torch.Tensor) -> torch.Tensor:
+    """This rank's ``(B,)`` row roles, advantages and tied signs into TRL's ``output``: a row the loss does not forward
+    gets a zero completion (and tool) mask, and each row's role, tied sign and base loss mask (completion tokens, tool
+    tokens out) travel with the batch to the loss. Returns the ``(B, T)`` base loss mask."""
     mask = output["completion_mask"]
     loss_mask = mask * output["tool_mask"] if output.get("tool_mask") is not None else mask
     forwarded = (role >= core.RowRole.KL_ONLY).unsqueeze(1).to(loss_mask.dtype)
@@ -64,25 +104,32 @@ def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor) -> tor
     output["completion_mask"] = output["completion_mask"] * forwarded
     if output.get("tool_mask") is not None:
         output["tool_mask"] = output["tool_mask"] * forwarded
-    output[ROLE_KEY], output[BASE_LOSS_MASK_KEY] = role, loss_mask
+    output[ROLE_KEY], output[BASE_LOSS_MASK_KEY], output[TIED_SIGN_KEY] = role, loss_mask, tied_sign.to(role.device)
     return loss_mask
 
 
 def loss_call(
-    inputs: dict, normalization: str, most_rows: Callable[[int], int]
+    inputs: dict, settings: ZeroStdArguments, most_rows: Callable[[int], int]
 ) -> tuple[dict, LossCall, torch.Tensor]:
-    """A micro-batch (``inputs``, TRL's with ``mark_rows``'s keys) for TRL's loss under ``normalization``: its rows
-    (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs, every rank calls it), the ``LossCall``
-    and the ``(B', T)`` base loss mask of the rows kept."""
-    inputs = dict(inputs)
+    """A micro-batch (``inputs``, TRL's with ``mark_rows``'s keys) for TRL's loss under ``settings`` (its
+    ``zero_std_normalization``): its rows (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs,
+    every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Rows shaped at the
+    loss make the advantages ``(B', T)``, filled at the policy forward (``TiedTokens``, ``tied_group_scale``)."""
+    normalization, inputs = settings.zero_std_normalization, dict(inputs)
     role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
+    tied_sign = inputs.pop(TIED_SIGN_KEY)
     rows = core.plan_loss_rows(role.cpu(), normalization, most_rows(core.loss_rows_needed(role.cpu(), normalization)))
     kept = rows.kept.to(role.device)
     if len(kept) < len(role):
         inputs = select_rows(inputs, kept, len(role))
     fill = inputs.get("old_per_token_logps")
     fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
-    return inputs, LossCall(rows=rows, fill_logps=fill), base_loss_mask[kept]
+    tied = None
+    if tied_sign[kept].any():
+        advantages = inputs["advantages"].unsqueeze(1).expand_as(fill).clone()
+        inputs["advantages"] = advantages
+        tied = TiedTokens(tied_sign[kept], base_loss_mask[kept], settings.tied_group_scale, advantages)
+    return inputs, LossCall(rows=rows, fill_logps=fill, tied=tied), base_loss_mask[kept]
 
 
 def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
@@ -104,6 +151,10 @@ def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logi
     if entropies is not None:  # a row kept for its KL term gets no entropy bonus: its entropy is a constant
         kl_only = (call.rows.role.to(device)[forwarded] == core.RowRole.KL_ONLY).unsqueeze(1)
         entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
+        if call.tied is not None:
+            call.tied.fill(entropies)
+    elif call.tied is not None:
+        raise RuntimeError("Tied groups' entropy-shaped advantages need the loss forward's entropies: TRL 1.16 asks.")
     if aux_loss is not None and len(forwarded) == 0:
         aux_loss = 0.0 * aux_loss
     return place(call.fill_logps, logps), entropies, aux_loss

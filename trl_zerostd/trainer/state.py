@@ -94,6 +94,7 @@ class ZeroStdState:
             zero_std_atol=settings.zero_std_atol,
             zero_std_kl=settings.zero_std_kl,
             reward_range=self.reward_range,
+            tied_groups_train=settings.tied_group_signal != "none",
         )
 
     def state_dict(self) -> dict:

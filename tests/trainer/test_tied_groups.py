@@ -1,0 +1,148 @@
+"""``tied_group_signal="entropy"`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation of
+its loss on a policy moved off the reference: the formula is written out here, from the model's logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.support.trainers import (
+    INFORMATIVE,
+    TIED,
+    assert_grads_close,
+    grad_norm,
+    loss_and_grads,
+    move_policy_away,
+    train_batch,
+)
+
+FAILED = ["9", "1", "1 a", "0 b"]  # every answer to "1+1=" wrong: a group tied at the low end
+THREE_PROMPTS = ["1+1=", "1+1=", "2+3="]  # failed, all-correct, informative
+REWARDS = torch.tensor([0.0] * 4 + [1.0] * 4 + [1.0, 0.0, 1.0, 0.0])  # of FAILED + TIED + INFORMATIVE
+SCALE, BETA = 0.5, 0.1
+
+
+def tied_batch(trainer):
+    trainer.zero_std.reward_range = (0.0, 1.0)  # as seen earlier in training: the first group failed
+    return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
+
+
+def hand_loss(trainer, batch, loss_type: str, tied_scale: float) -> torch.Tensor:
+    """GRPO's loss (one optimizer step, num_iterations=1: importance ratio exp(logp - logp.detach()) = 1) on the
+    three groups: informative rows get (r - mean) / (std + 1e-4) of their group, the tied rows RL-ZVP's token
+    advantages, +scale * H(t) (all right) and -scale * (max_k H(k) - H(t)) (all wrong), H the policy's token
+    entropy read as a constant; every row adds beta * ratio * KL(t) against the reference (TRL 1.16's default
+    use_bias_correction_kl: the ratio's gradient makes it the unbiased reverse-KL gradient)."""
+    prompt_ids, completion_ids = batch["prompt_ids"], batch["completion_ids"]
+    mask = batch["completion_mask"].float()
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    length = completion_ids.shape[1]
+
+    def token_logps(model):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -length - 1 : -1]
+        log_probs = torch.log_softmax(logits.float() / trainer.temperature, dim=-1)
+        return log_probs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1), log_probs
+
+    logps, log_probs = token_logps(trainer.model)
+    with torch.no_grad():
+        ref_logps, _ = token_logps(trainer.ref_model)
+        entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
+    informative = REWARDS[8:]
+    advantages = torch.zeros_like(mask)
+    advantages[8:] = ((informative - informative.mean()) / (informative.std() + 1e-4)).unsqueeze(1)
+    advantages[4:8] = tied_scale * entropy[4:8]
+    advantages[:4] = -tied_scale * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
+    ratio = torch.exp(logps - logps.detach())
+    kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+    per_token = -ratio * advantages + BETA * ratio * kl
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
+    return (per_token * mask).sum() / mask.sum()  # dapo: num_items_in_batch, one process, one micro-batch
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_entropy_signal_gradient_is_the_hand_computed_one(make_trainer, loss_type):
+    ours = make_trainer(
+        beta=BETA, loss_type=loss_type, per_device_train_batch_size=12,
+        tied_group_signal="entropy", tied_group_scale=SCALE,
+    )  # fmt: skip
+    move_policy_away(ours.model)
+    batch = tied_batch(ours)
+    assert batch["tied_sign"].tolist() == [-1.0] * 4 + [1.0] * 4 + [0.0] * 4
+    assert torch.equal(batch["advantages"][:8], torch.zeros(8))  # filled at the loss, from its forward's entropies
+    assert (batch["row_role"] == 3).all()  # every row trains
+    _, ours_grads = loss_and_grads(ours, dict(batch))
+
+    expected = {}
+    for tied_scale in (SCALE, 0.0):
+        ours.model.zero_grad(set_to_none=True)
+        hand_loss(ours, batch, loss_type, tied_scale).backward()
+        expected[tied_scale] = {name: p.grad.clone() for name, p in ours.model.named_parameters()}
+    assert_grads_close(ours_grads, expected[SCALE], rtol=1e-4, atol=1e-7)
+    without = {name: expected[SCALE][name] - expected[0.0][name] for name in ours_grads}
+    assert grad_norm(without) > 1e-3 * grad_norm(expected[SCALE])  # the tied rows' signal is in the gradient
+
+
+def test_informative_advantages_and_metrics(make_trainer):
+    masked = make_trainer(beta=BETA, per_device_train_batch_size=12)
+    ours = make_trainer(beta=BETA, per_device_train_batch_size=12, tied_group_signal="entropy")
+    ours_batch, masked_batch = tied_batch(ours), tied_batch(masked)
+    assert torch.equal(ours_batch["advantages"], masked_batch["advantages"])
+    assert ours._metrics["train"]["zero_std/tied_trained_group_frac"][-1] == pytest.approx(2 / 3)
+    assert ours._metrics["train"]["zero_std/masked_group_frac"][-1] == 0.0
+    move_policy_away(ours.model)
+    loss_and_grads(ours, ours_batch)
+    metrics = {name: values[-1] for name, values in ours._metrics["train"].items()}
+    assert metrics["zero_std/tied_high_adv_abs_mean"] > 0 and metrics["zero_std/tied_low_adv_abs_mean"] > 0
+    assert metrics["zero_std/informative_adv_abs_mean"] == pytest.approx(0.866, abs=1e-3)  # +-(0.5 / 0.577)
+
+
+def test_rloo_refuses_the_signal_naming_it(make_trainer):
+    with pytest.raises(ValueError, match="tied_group_signal='entropy' is built and studied for GRPO only"):
+        make_trainer("rloo", tied_group_signal="entropy")
+
+
+def three_outcomes(prompts):
+    """ "1+1=" always right, "4+4=" always wrong, "2+3=" right on every other row: one group of each kind."""
+    seen: dict[str, int] = {}
+    completions = []
+    for prompt in prompts:
+        seen[prompt] = seen.get(prompt, -1) + 1
+        completions.append({"1+1=": "2", "4+4=": "3 x"}.get(prompt, ["5", "9 a"][seen[prompt] % 2]))
+    return completions
+
+
+def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_trainer):
+    """A fresh prompt's success-rate estimate is 0.5 (its level's rate, 1/2 by Laplace's rule, weighing 4 rows), so
+    the all-right group gets +scale/2 and the all-wrong one -scale/2; with those advantages the gradient is TRL's
+    on the same batch (every row trains)."""
+    config = dict(beta=BETA, per_device_train_batch_size=12, prompts=["1+1=", "2+3=", "4+4="])
+    ours = make_trainer(
+        skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE, **config
+    )  # fmt: skip
+    base = make_trainer(ours=False, **config)
+    for trainer in (ours, base):
+        move_policy_away(trainer.model)
+    batch = train_batch(ours, ["1+1=", "2+3=", "4+4="], three_outcomes)
+    prompts = [ours.processing_class.decode(ids, skip_special_tokens=True) for ids in batch["prompt_ids"][::4]]
+    expected = {"1+1=": SCALE * 0.5, "4+4=": -SCALE * 0.5}
+    for group, prompt in enumerate(prompts):
+        advantages = batch["advantages"][4 * group : 4 * group + 4]
+        if prompt in expected:
+            assert torch.allclose(advantages, torch.full((4,), expected[prompt])), prompt
+        else:
+            assert torch.allclose(advantages.abs(), torch.full((4,), 0.866), atol=1e-3)
+    assert (batch["row_role"] == 3).all() and not batch["tied_sign"].any()  # no token shaping at the loss
+    base_batch = train_batch(base, prompts, three_outcomes)
+    base_batch["advantages"] = batch["advantages"]
+    _, ours_grads = loss_and_grads(ours, dict(batch))
+    _, base_grads = loss_and_grads(base, base_batch)
+    assert grad_norm(base_grads) > 1e-4
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+    assert ours._metrics["train"]["zero_std/tied_adv_abs_mean"][-1] == pytest.approx(SCALE * 0.5)
+
+
+def test_calibrated_signal_needs_prompt_skipping(make_trainer):
+    with pytest.raises(ValueError, match="set skip_zero_std_prompts=True"):
+        make_trainer(tied_group_signal="calibrated")
