@@ -298,6 +298,6 @@ def test_tied_groups_train_only_with_two_valid_rows_tied_at_an_end():
         reward_range=(0.0, 1.0),
     )  # fmt: skip
     assert not off.tied_sign.any() and torch.equal(off.trainable, plan.trainable)
-    metrics = core.plan_metrics(plan, torch.ones(24), "mask")
+    metrics = core.plan_metrics(plan, torch.ones(24), "mask", tied_groups_train=True)
     assert metrics["zero_std/tied_trained_group_frac"] == pytest.approx(3 / 6)
     assert metrics["zero_std/masked_group_frac"] == pytest.approx(2 / 6)

@@ -15,6 +15,7 @@ from tests.support.trainers import (
     move_policy_away,
     train_batch,
 )
+from trl_zerostd import core
 
 FAILED = ["9", "1", "1 a", "0 b"]  # every answer to "1+1=" wrong: a group tied at the low end
 THREE_PROMPTS = ["1+1=", "1+1=", "2+3="]  # failed, all-correct, informative
@@ -146,3 +147,18 @@ def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_traine
 def test_calibrated_signal_needs_prompt_skipping(make_trainer):
     with pytest.raises(ValueError, match="set skip_zero_std_prompts=True"):
         make_trainer(tied_group_signal="calibrated")
+
+
+@pytest.mark.parametrize("signal", ["none", "entropy"])
+def test_failed_groups_that_train_on_their_tie_are_not_a_stall(make_trainer, signal):
+    """Every group all wrong, batch after batch: a stall under masking (the monitor warns), not when they train."""
+    state = make_trainer(beta=BETA, tied_group_signal=signal).zero_std
+    rewards, no = torch.tensor([0.0] * 8), torch.zeros(8, dtype=torch.bool)
+    plan = core.decide_row_plan(
+        rewards, 4, truncated=no, unscorable=no, rejected=no, reward_range=(0.0, 1.0),
+        tied_groups_train=signal != "none",
+    )  # fmt: skip
+    notices = [state.observe_plan(plan, torch.ones(8))[1] for _ in range(25)]
+    assert any(notices) == (signal == "none")
+    metrics, _ = state.observe_plan(plan, torch.ones(8))
+    assert ("zero_std/tied_trained_group_frac" in metrics) == (signal != "none")

@@ -119,9 +119,12 @@ def _tied_training(task_rewards, valid, num_generations, low_tied, high_tied, on
     return learning, expand_groups((high_tied.float() - low_tied.float()) * learning, num_generations) * tied_rows
 
 
-def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> dict[str, float]:
+def plan_metrics(
+    plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str, tied_groups_train: bool = False
+) -> dict[str, float]:
     """Train metrics of one gathered batch's plan (shares of its groups, rows or loss tokens); ``row_tokens``
-    ``(N,)``: TRL's loss tokens per row."""
+    ``(N,)``: TRL's loss tokens per row; ``tied_groups_train``: the share of tied groups that train is logged, 0
+    included."""
     rows = torch.tensor(len(plan.role)).clamp(min=1)
     groups = torch.tensor(len(plan.zero_std_groups)).clamp(min=1)
 
@@ -134,7 +137,7 @@ def plan_metrics(plan: RowPlan, row_tokens: torch.Tensor, zero_std_kl: str) -> d
         "zero_std/all_high_group_frac": share(plan.high_tied_groups, groups),
         "zero_std/masked_token_frac": share(row_tokens * plan.reasons["zero_std"], row_tokens.sum().clamp(min=1)),
     }
-    if plan.tied_sign.any():
+    if tied_groups_train:
         metrics["zero_std/tied_trained_group_frac"] = share(plan.tied_training_groups, groups)
     if zero_std_kl != "mask":
         metrics["zero_std/kl_kept_row_frac"] = share(plan.role == RowRole.KL_ONLY, rows)

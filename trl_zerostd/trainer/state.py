@@ -57,8 +57,12 @@ class ZeroStdState:
 
     def observe_plan(self, plan: core.RowPlan, row_tokens: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """A gathered batch's plan (``(N,)`` loss tokens per row): its train metrics and the stall monitor's notice."""
-        metrics = core.plan_metrics(plan, row_tokens, self.settings.zero_std_kl)
-        low, high = metrics["zero_std/all_low_group_frac"], metrics["zero_std/all_high_group_frac"]
+        tied_train = self.settings.tied_group_signal != "none"
+        metrics = core.plan_metrics(plan, row_tokens, self.settings.zero_std_kl, tied_train)
+        untrained = ~plan.tied_training_groups  # a tied group that trains on its tie has not stalled
+        low, high = (
+            (groups & untrained).float().mean().item() for groups in (plan.low_tied_groups, plan.high_tied_groups)
+        )
         return metrics, self.stall_monitor.observe_batch(low, high, metrics["masked/row_frac/truncated"])
 
     def observe_trained_rows(
