@@ -33,3 +33,17 @@ def test_paired_gains_and_their_lower_bound():
     assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4, 0.2 - 0.4])  # 0.2: halfway to 0.3 in tokens
     assert lower_bound([0.1, 0.2, 0.3]) == pytest.approx(0.2 - 1.886 * 0.1 / 3**0.5)
     assert math.isnan(lower_bound([0.1]))
+
+
+def test_tokens_counted_another_way_move_the_budget_and_a_record_without_them_is_left_out():
+    """Completion tokens only: TRL's run makes 400 of them, so a third of its budget is 133 of the arm's."""
+    from studies.accuracy_at_budget import counted_by
+
+    trl = {**record([100, 300, 100, 500], [[0, 0.2], [2, 0.6], [4, 0.3]]), "completion_tokens": [100, 200, 300, 400]}
+    arm = {**record([600, 600, 600, 600], [[0, 0.2], [2, 0.8], [4, 0.9]]), "completion_tokens": [50, 100, 150, 200]}
+    budget = run_tokens(counted_by(trl, "completion_tokens")) / 3
+    assert accuracy_at_tokens(counted_by(arm, "completion_tokens"), budget) == pytest.approx(
+        0.8 + 0.1 * (budget - 100) / 100
+    )
+    assert accuracy_at_tokens(arm, run_tokens(trl) / 3) == pytest.approx(0.2 + 0.6 * (1000 / 3) / 1200)  # all tokens
+    assert counted_by(record([1], [[0, 0.1]]), "completion_tokens") is None
