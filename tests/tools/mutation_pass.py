@@ -25,16 +25,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TEST_ORDER = [
     "tests/core/test_groups.py", "tests/core/test_plan.py", "tests/core/test_advantages.py",
-    "tests/core/test_monitor.py", "tests/sampling/test_streams.py", "tests/sampling/test_sizes.py",
-    "tests/sampling/test_success_rate.py", "tests/sampling/test_skipping.py", "tests/sampling/test_refill.py",
-    "tests/trainer/test_decisive_rewards.py", "tests/trainer/test_vllm.py", "tests/trainer/test_grpo.py",
-    "tests/trainer/test_rloo.py", "tests/trainer/test_adapter.py", "tests/trainer/test_dynamic_sampling.py",
-    "tests/trainer/test_prompt_skipping.py", "tests/trainer/test_refill_inputs.py", "tests/trainer/test_config.py",
-    "tests/trainer/test_state.py", "tests/trainer/test_resume_settings.py", "tests/launch/test_killed_and_resumed.py",
+    "tests/core/test_monitor.py", "tests/trainer/test_tied_groups.py", "tests/sampling/test_streams.py",
+    "tests/sampling/test_sizes.py", "tests/sampling/test_success_rate.py", "tests/sampling/test_skipping.py",
+    "tests/sampling/test_refill.py", "tests/trainer/test_decisive_rewards.py", "tests/trainer/test_vllm.py",
+    "tests/trainer/test_grpo.py", "tests/trainer/test_rloo.py", "tests/trainer/test_adapter.py",
+    "tests/trainer/test_dynamic_sampling.py", "tests/trainer/test_prompt_skipping.py",
+    "tests/trainer/test_refill_inputs.py", "tests/trainer/test_config.py", "tests/trainer/test_state.py",
+    "tests/trainer/test_resume_settings.py", "tests/launch/test_killed_and_resumed.py",
     "tests/launch/test_distributed.py",
 ]  # fmt: skip
 
 MUTATIONS = [  # (label, file, original, mutant)
+    (
+        "tied: a lone valid row trains on its tie",
+        "core/plan.py",
+        ".sum(dim=1) >= 2) & on",
+        ".sum(dim=1) >= 1) & on",
+    ),
+    (
+        "tied: rows that train on their tie enter the statistics",
+        "core/plan.py",
+        "return (self.role == RowRole.TRAIN) & (self.tied_sign == 0)",
+        "return self.role == RowRole.TRAIN",
+    ),
+    (
+        "tied: the entropy shapes the advantage with its gradient",
+        "core/advantages.py",
+        "entropy = entropies.detach() * mask",
+        "entropy = entropies * mask",
+    ),
+    (
+        "tied: the calibrated estimate read after the batch is recorded",
+        "sampling/refill.py",
+        "            success_rates = self.skipper.success_rate(pool.keys)\n"
+        "            metrics.update(self._record_outcomes(pool, reward_range))\n",
+        "            metrics.update(self._record_outcomes(pool, reward_range))\n"
+        "            success_rates = self.skipper.success_rate(pool.keys)\n",
+    ),
     (
         "engine: a server request asks for G copies whatever the rows' layout",
         "trainer/engine.py",
