@@ -133,6 +133,12 @@ add(*(Arm(f"zvp{suffix}", (*ENTROPY_SIGNAL, "--tied_group_scale", scale)) for su
 add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
 for suffix, scale in CALIBRATED_SCALES.items():  # it reads prompt skipping's estimate, with the prior by level
     add(ARMS["skip-rate-prior"].variant(suffix, *CALIBRATED_SIGNAL, "--tied_group_scale", scale))
+# The calibrated rule without skipping: skipping's estimate kept with a draw floor of 1, so every prompt is drawn
+# ("estimate-prior"), and both with groups of 4, as many prompts a step
+ESTIMATE_ONLY = (*SKIP, *PRIOR, "--skip_min_draw_prob", "1")
+add(Arm("estimate-prior-cal1", (*ESTIMATE_ONLY, *CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")))
+for arm in ("skip-rate-prior-cal1", "estimate-prior-cal1"):
+    add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
 # Base TRL made again, two runs at a time as the later arms ran, evaluated at steps 5 and 15 too: what the cached TRL
 # runs' 10-step evaluation grid and conditions not recorded (running alone ruled out) do to the ratios against them
 add(Arm("trl-rerun", trl=True))

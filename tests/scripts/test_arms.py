@@ -44,3 +44,12 @@ def test_smaller_groups_keep_the_study_s_prompts_a_step(arm, batch):
     study = SimpleNamespace(completions_per_step=32, num_generations=8, difficulty_column="level")
     assert groups_per_step(arm, study) == groups_per_step("trl", study) == 4
     assert arm_flags(arm, study)[-2:] == ["--per_device_train_batch_size", batch]
+
+
+def test_the_estimate_arms_skip_nothing():
+    """A draw floor of 1 draws every prompt (draw probabilities are clamped to [floor, 1]): skipping's success-rate
+    estimate is kept for the calibrated rule, nothing is skipped."""
+    flags = arm_flags("estimate-prior-cal1", STUDY)
+    assert flags[flags.index("--skip_min_draw_prob") + 1] == "1"
+    assert flags[flags.index("--tied_group_signal") + 1] == "calibrated"
+    assert groups_per_step("estimate-prior-cal1-g4", STUDY) == groups_per_step("trl", STUDY)

@@ -1,5 +1,6 @@
-"""``tied_group_signal="entropy"`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation of
-its loss on a policy moved off the reference: the formula is written out here, from the model's logits."""
+"""``tied_group_signal``: ``"entropy"`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation
+of its loss on a policy moved off the reference (the formula is written out here, from the model's logits);
+``"calibrated"`` against TRL's gradient on the same batch under each of its losses; eval untouched by both."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import torch
 
 from tests.support.trainers import (
     INFORMATIVE,
+    LOSS_TYPES,
     TIED,
+    answer_reward,
     assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
+    rows_of,
+    stub_generation,
     train_batch,
 )
 from trl_zerostd import core
@@ -99,9 +104,12 @@ def test_informative_advantages_and_metrics(make_trainer):
     assert metrics["zero_std/informative_adv_abs_mean"] == pytest.approx(0.866, abs=1e-3)  # +-(0.5 / 0.577)
 
 
-def test_rloo_refuses_the_signal_naming_it(make_trainer):
-    with pytest.raises(ValueError, match="tied_group_signal='entropy' is built and studied for GRPO only"):
-        make_trainer("rloo", tied_group_signal="entropy")
+@pytest.mark.parametrize(
+    "signal", [{"tied_group_signal": "entropy"}, {"tied_group_signal": "calibrated", "skip_zero_std_prompts": True}]
+)
+def test_rloo_refuses_the_signal_naming_it(make_trainer, signal):
+    with pytest.raises(ValueError, match=f"tied_group_signal='{signal['tied_group_signal']}' needs GRPO's loss"):
+        make_trainer("rloo", **signal)
 
 
 def three_outcomes(prompts):
@@ -114,11 +122,12 @@ def three_outcomes(prompts):
     return completions
 
 
-def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_trainer):
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_trainer, loss_type):
     """A fresh prompt's success-rate estimate is 0.5 (its level's rate, 1/2 by Laplace's rule, weighing 4 rows), so
     the all-right group gets +scale/2 and the all-wrong one -scale/2; with those advantages the gradient is TRL's
-    on the same batch (every row trains)."""
-    config = dict(beta=BETA, per_device_train_batch_size=12, prompts=["1+1=", "2+3=", "4+4="])
+    on the same batch under each of TRL's losses (every row trains)."""
+    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, prompts=["1+1=", "2+3=", "4+4="])
     ours = make_trainer(
         skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE, **config
     )  # fmt: skip
@@ -142,6 +151,87 @@ def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_traine
     assert grad_norm(base_grads) > 1e-4
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
     assert ours._metrics["train"]["zero_std/tied_adv_abs_mean"][-1] == pytest.approx(SCALE * 0.5)
+
+
+UNSCORABLE = "5 u"  # an answer the reward function cannot score (None): a row this package masks
+
+
+def outcomes_with_an_unscorable_row(prompts):
+    """``three_outcomes`` with the first answer to "2+3=" unscorable: its group stays informative on the other
+    three rows."""
+    completions = three_outcomes(prompts)
+    completions[prompts.index("2+3=")] = UNSCORABLE
+    return completions
+
+
+def answer_or_none(completions, prompts, **kwargs):
+    """``answer_reward``, None (unscorable) for ``UNSCORABLE``."""
+    return [None if c == UNSCORABLE else r for c, r in zip(completions, answer_reward(completions, prompts))]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+def test_calibrated_signal_under_both_normalisers(make_trainer, loss_type, normalization):
+    """Beside the tied groups that train, an unscorable row is masked: under "keep" the loss and gradient are TRL's
+    on the whole batch with our advantages and that row's tokens out of its loss mask (its normalisers unchanged),
+    under "exclude" TRL's on the batch without that row. GRPO's loss (a mean over rows) and DAPO's
+    (``num_items_in_batch``) are the two normalisers the modes tell apart; a loss that counts the loss mask (bnpo)
+    would need the "keep" side rescaled, as ``test_adapter.py`` does for every loss."""
+    prompts = ["1+1=", "2+3=", "4+4="]
+    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=answer_or_none)
+    ours = make_trainer(
+        skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE,
+        zero_std_normalization=normalization, prompts=prompts, **config,
+    )  # fmt: skip
+    base = make_trainer(ours=False, prompts=prompts, **config)
+    for trainer in (ours, base):
+        move_policy_away(trainer.model)
+    batch = train_batch(ours, prompts, outcomes_with_an_unscorable_row)
+    order = [ours.processing_class.decode(ids, skip_special_tokens=True) for ids in batch["prompt_ids"][::4]]
+    base_batch = train_batch(base, order, outcomes_with_an_unscorable_row)
+    base_batch["advantages"] = batch["advantages"]
+    unscorable = 4 * order.index("2+3=")
+    assert batch["completion_mask"][unscorable].sum() == 0 and batch["advantages"][unscorable] == 0
+    assert batch["advantages"].abs().gt(0).sum() == 11  # the tied groups train beside the informative rows
+    if normalization == "keep":
+        base_batch["completion_mask"][unscorable] = 0
+    else:
+        rows = [row for row in range(12) if row != unscorable]
+        base_batch = {
+            key: value[rows] if torch.is_tensor(value) and value.dim() and len(value) == 12 else value
+            for key, value in base_batch.items()
+        }
+        base_batch["num_items_in_batch"] = base_batch["completion_mask"].sum()
+    ours_loss, ours_grads = loss_and_grads(ours, dict(batch))
+    base_loss, base_grads = loss_and_grads(base, base_batch)
+    assert grad_norm(base_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "signal", [{"tied_group_signal": "entropy"}, {"tied_group_signal": "calibrated", "skip_zero_std_prompts": True}]
+)
+def test_eval_is_untouched(make_trainer, signal):
+    """In eval mode the batch TRL scores (tied groups included), its loss and ``evaluate()``'s metrics are TRL's own:
+    the entropy rule acts in the loss, the calibrated one in the advantages, in training only."""
+    prompts = ["1+1=", "2+3=", "4+4="]
+    config = dict(beta=BETA, per_device_train_batch_size=12, per_device_eval_batch_size=12, prompts=prompts)
+    outputs, losses, metrics = [], [], []
+    for trainer in (make_trainer(ours=False, **config), make_trainer(**signal, **config)):
+        move_policy_away(trainer.model)
+        stub_generation(trainer, three_outcomes)
+        trainer.model.eval()
+        output = trainer._generate_and_score_completions(rows_of(trainer, prompts))
+        with torch.no_grad():
+            losses.append(trainer.compute_loss(trainer.model, output))
+        outputs.append(output)
+        metrics.append({k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k})
+    assert outputs[0].keys() == outputs[1].keys()
+    for key in outputs[0]:
+        assert torch.equal(outputs[0][key], outputs[1][key]), key
+    assert torch.equal(losses[0], losses[1])
+    assert metrics[0] == metrics[1] and "eval_loss" in metrics[1]
 
 
 def test_calibrated_signal_needs_prompt_skipping(make_trainer):

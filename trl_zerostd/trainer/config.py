@@ -28,8 +28,10 @@ def check_compatible(settings: ZeroStdArguments, args, kind: str, has_rollout_fu
     this package cannot honour."""
     if kind == "rloo" and settings.tied_group_signal != "none":
         raise ValueError(
-            f"tied_group_signal={settings.tied_group_signal!r} is built and studied for GRPO only "
-            "(docs/studies/tied_groups.md): use ZeroStdGRPOTrainer, or leave tied_group_signal unset."
+            f"tied_group_signal={settings.tied_group_signal!r} needs GRPO's loss: a row that trains on its group's "
+            "tie carries its policy and KL terms (docs/SEMANTICS.md), and RLOO folds beta * KL into the reward "
+            "before its baseline, so a tied group has no KL term of its own. Use ZeroStdGRPOTrainer, or leave "
+            "tied_group_signal='none'."
         )
     if kind == "rloo" and settings.zero_std_kl != "mask":
         raise ValueError(
