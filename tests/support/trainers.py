@@ -164,6 +164,29 @@ def move_policy_away(model, scale=0.05, seed=1):
                 parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
 
 
+def assert_eval_is_trls(base, ours, completions, prompts) -> dict:
+    """Eval on the same stubbed ``completions`` of ``prompts`` (``num_generations_eval`` rows each): the batch TRL
+    scores, its loss and ``evaluate()``'s metrics (timings dropped) are the base trainer's, bit for bit. Returns our
+    metrics."""
+    runs = []
+    for trainer in (base, ours):
+        stub_generation(trainer, completions)
+        trainer.model.eval()
+        rows = [{"prompt": p} for p in prompts for _ in range(trainer.num_generations_eval)]
+        output = trainer._generate_and_score_completions(rows)
+        with torch.no_grad():
+            loss = trainer.compute_loss(trainer.model, output)
+        metrics = {k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k}
+        runs.append((output, loss, metrics))
+    (base_output, base_loss, base_metrics), (output, loss, metrics) = runs
+    assert base_output.keys() == output.keys()
+    for key in output:
+        assert torch.equal(base_output[key], output[key]), key
+    assert torch.equal(base_loss, loss)
+    assert base_metrics == metrics and "eval_loss" in metrics
+    return metrics
+
+
 def loss_and_grads(trainer, batch):
     """Loss of ``batch`` in training mode and the parameter gradients it puts on the policy."""
     model = trainer.model

@@ -18,6 +18,7 @@ from tests.support.trainers import (
     VLM_INFORMATIVE,
     answer_or_not,
     assert_all_zero,
+    assert_eval_is_trls,
     assert_grads_close,
     clipped_loss_metrics,
     constant_reward,
@@ -255,26 +256,11 @@ def test_rejected_rows_put_no_kl_gradient(make_trainer):
 
 @pytest.mark.parametrize("num_generations_eval", [None, 1])
 def test_eval_is_bit_identical(make_trainer, num_generations_eval):
-    trainers = [make_trainer(ours=ours, beta=0.1, num_generations_eval=num_generations_eval) for ours in (False, True)]
-    outputs, losses, metrics = [], [], []
-    for trainer in trainers:
+    config = dict(beta=0.1, num_generations_eval=num_generations_eval)
+    base, ours = make_trainer(ours=False, **config), make_trainer(**config)
+    for trainer in (base, ours):
         move_policy_away(trainer.model)
-        stub_generation(trainer, answer_or_not)
-        trainer.model.eval()
-        generations = trainer.num_generations_eval
-        rows = [{"prompt": p} for p in ["1+1=", "2+3="] for _ in range(generations)]
-        output = trainer._generate_and_score_completions(rows)
-        with torch.no_grad():
-            losses.append(trainer.compute_loss(trainer.model, output))
-        outputs.append(output)
-        metrics.append({k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k})
-    base, ours = outputs
-    assert base.keys() == ours.keys()
-    for key in base:
-        assert torch.equal(base[key], ours[key]), key
-    assert torch.equal(losses[0], losses[1])
-    assert metrics[0] == metrics[1]
-    assert "eval_loss" in metrics[1]
+    assert_eval_is_trls(base, ours, answer_or_not, ["1+1=", "2+3="])
 
 
 # ---------------------------------------------------------------------------------------------------------------

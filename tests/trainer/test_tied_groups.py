@@ -12,12 +12,11 @@ from tests.support.trainers import (
     LOSS_TYPES,
     TIED,
     answer_reward,
+    assert_eval_is_trls,
     assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
-    rows_of,
-    stub_generation,
     train_batch,
 )
 from trl_zerostd import core
@@ -217,21 +216,10 @@ def test_eval_is_untouched(make_trainer, signal):
     the entropy rule acts in the loss, the calibrated one in the advantages, in training only."""
     prompts = ["1+1=", "2+3=", "4+4="]
     config = dict(beta=BETA, per_device_train_batch_size=12, per_device_eval_batch_size=12, prompts=prompts)
-    outputs, losses, metrics = [], [], []
-    for trainer in (make_trainer(ours=False, **config), make_trainer(**signal, **config)):
+    base, ours = make_trainer(ours=False, **config), make_trainer(**signal, **config)
+    for trainer in (base, ours):
         move_policy_away(trainer.model)
-        stub_generation(trainer, three_outcomes)
-        trainer.model.eval()
-        output = trainer._generate_and_score_completions(rows_of(trainer, prompts))
-        with torch.no_grad():
-            losses.append(trainer.compute_loss(trainer.model, output))
-        outputs.append(output)
-        metrics.append({k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k})
-    assert outputs[0].keys() == outputs[1].keys()
-    for key in outputs[0]:
-        assert torch.equal(outputs[0][key], outputs[1][key]), key
-    assert torch.equal(losses[0], losses[1])
-    assert metrics[0] == metrics[1] and "eval_loss" in metrics[1]
+    assert_eval_is_trls(base, ours, three_outcomes, prompts)
 
 
 def test_calibrated_signal_needs_prompt_skipping(make_trainer):
