@@ -11,12 +11,12 @@ from tests.support.trainers import (
     INFORMATIVE,
     LOSS_TYPES,
     TIED,
-    answer_reward,
     assert_eval_is_trls,
     assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
+    table_reward,
     train_batch,
 )
 from trl_zerostd import core
@@ -163,9 +163,8 @@ def outcomes_with_an_unscorable_row(prompts):
     return completions
 
 
-def answer_or_none(completions, prompts, **kwargs):
-    """``answer_reward``, None (unscorable) for ``UNSCORABLE``."""
-    return [None if c == UNSCORABLE else r for c, r in zip(completions, answer_reward(completions, prompts))]
+# three_outcomes' answers scored; UNSCORABLE is missing from the table, so it scores None
+ANSWER_OR_NONE = table_reward({"2": 1.0, "3 x": 0.0, "5": 1.0, "9 a": 0.0})
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
@@ -177,7 +176,7 @@ def test_calibrated_signal_under_both_normalisers(make_trainer, loss_type, norma
     (``num_items_in_batch``) are the two normalisers the modes tell apart; a loss that counts the loss mask (bnpo)
     would need the "keep" side rescaled, as ``test_adapter.py`` does for every loss."""
     prompts = ["1+1=", "2+3=", "4+4="]
-    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=answer_or_none)
+    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=ANSWER_OR_NONE)
     ours = make_trainer(
         skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE,
         zero_std_normalization=normalization, prompts=prompts, **config,
