@@ -28,7 +28,7 @@ RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple:
     "skipped_frac": "prompt_skip/skipped_frac",
     "completions_per_prompt": "cgrpo/mean_k",  # the peer's (scripts/studies/peer_cgrpo.py) conformal budgets
     # tied_group_signal: the share of groups that train on their tie; mean |advantage| per loss token of their rows
-    # (all, all-right, all-wrong) and of the informative rows
+    # (all, all-right, all-wrong) and of the informative rows (per row in the records of the retired calibrated arms)
     "tied_trained_group_frac": "zero_std/tied_trained_group_frac",
     "tied_adv_abs": "zero_std/tied_adv_abs_mean",
     "tied_high_adv_abs": "zero_std/tied_high_adv_abs_mean",
@@ -97,6 +97,9 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
     ``flags`` are the arm's extra CLI flags; the arm "trl" (and "trl-<variant>") trains TRL's own GRPOTrainer (package
     flags dropped)."""
     arm, flags, lr, seed, max_steps, path = job
+    from studies.time_to_accuracy_arms import check_runnable
+
+    check_runnable(arm)
     from trl import GRPOConfig, GRPOTrainer
 
     from demo.train_cli import run, without_package_flags

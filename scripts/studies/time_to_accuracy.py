@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from studies.runs import report, run_all
-from studies.time_to_accuracy_arms import ARMS, arm_flags
+from studies.time_to_accuracy_arms import ARMS, arm_flags, check_runnable
 from studies.time_to_accuracy_plot import plot
 from studies.time_to_accuracy_tables import summarise
 
@@ -142,13 +142,22 @@ def common_flags(args: TimeToAccuracyArguments, eval_steps: int | None = None) -
     ]  # fmt: skip
 
 
+def record_path(args: TimeToAccuracyArguments, arm: str, seed: int) -> Path:
+    """Where the run of ``arm`` at ``seed`` keeps its record (also for an arm whose setting left the package)."""
+    return Path(f"{args.runs_dir}/{arm}-seed{seed}.json")
+
+
 def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
     """One job per seed and arm: ``Arm.steps x max_steps`` steps at the arm's learning rate, evaluated every
-    ``eval_steps`` generation batches (every ``Arm.iterations x eval_steps`` steps)."""
+    ``eval_steps`` generation batches (every ``Arm.iterations x eval_steps`` steps). A record missing for an arm
+    whose setting left the package is refused before any run starts (``check_runnable``)."""
+    for arm, seed in ((arm, seed) for arm in args.arms for seed in args.seeds):
+        if not record_path(args, arm, seed).exists():
+            check_runnable(arm)
     return [
         (arm, [*arm_flags(arm, args), *common_flags(args, args.eval_steps * ARMS[arm].iterations)],
          args.learning_rate * ARMS[arm].lr_scale, seed, round(args.max_steps * ARMS[arm].steps),
-         f"{args.runs_dir}/{arm}-seed{seed}.json")
+         str(record_path(args, arm, seed)))
         for seed in args.seeds
         for arm in args.arms
     ]  # fmt: skip
@@ -159,7 +168,8 @@ def main(args: TimeToAccuracyArguments) -> None:
         report(run_all(jobs(args), args.jobs), args, summarise, plot)
         return
     args.arms = args.report_arms or args.arms
-    records = [json.loads(Path(job[-1]).read_text()) for job in jobs(args) if Path(job[-1]).exists()]
+    paths = [record_path(args, arm, seed) for seed in args.seeds for arm in args.arms]
+    records = [json.loads(path.read_text()) for path in paths if path.exists()]
     args.arms = [arm for arm in args.arms if any(r["arm"] == arm for r in records)]
     args.seeds = [seed for seed in args.seeds if any(r["seed"] == seed and r["arm"] == "trl" for r in records)]
     records = [r for r in records if r["seed"] in args.seeds]

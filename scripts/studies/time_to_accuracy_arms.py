@@ -22,7 +22,9 @@ class Arm:
 
     ``trl``: it trains TRL's own GRPOTrainer (base TRL, the package's flags dropped). ``setting``: its run-setting
     suffixes, a setting base TRL can be given too ("-mu2", "-x2", "-half", "-lr05", "-lr2", "-g4", "-g2", in the name's
-    order); ``steps``: how many times max_steps it runs; ``lr_scale``: the factor on --learning_rate."""
+    order); ``steps``: how many times max_steps it runs; ``lr_scale``: the factor on --learning_rate;
+    ``retired_at``: the commit that keeps the code of a setting the arm sets and the package no longer has (its
+    records are read, it is not run here: ``check_runnable``)."""
 
     name: str
     flags: tuple[str, ...] = ()
@@ -30,6 +32,7 @@ class Arm:
     setting: str = ""
     steps: float = 1.0
     lr_scale: float = 1.0
+    retired_at: str = ""
 
     def value(self, flag: str, default: int) -> int:
         """The integer value of ``flag`` among the arm's flags, ``default`` where it does not set it (a placeholder
@@ -67,8 +70,10 @@ REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
 ENTROPY_SIGNAL = ("--tied_group_signal", "entropy")  # RL-ZVP: tied groups train on entropy-shaped advantages
 ZVP_SCALES = {"-a005": "0.05", "-a01": "0.1", "-a02": "0.2", "-a04": "0.4"}  # its tied_group_scale
+CALIBRATED_COMMIT = (
+    "92928d9"  # the commit that keeps tied_group_signal="calibrated", which paid nowhere (tied_groups.md)
+)
 CALIBRATED_SIGNAL = ("--tied_group_signal", "calibrated")  # tied groups against the prompt's success-rate estimate
-CALIBRATED_SCALES = {"-cal05": "0.5", "-cal1": "1.0", "-cal2": "2.0"}
 ARMS: dict[str, Arm] = {}
 
 
@@ -111,6 +116,16 @@ def arm_flags(arm: str, args) -> list[str]:
     return [resolved(flag) for flag in ARMS[arm].flags]
 
 
+def check_runnable(arm: str) -> None:
+    """Refuse to train an arm whose setting left the package, naming the commit that trains it."""
+    commit = ARMS[arm].retired_at if arm in ARMS else ""
+    if commit:
+        raise ValueError(
+            f"Arm {arm!r} sets a setting this package no longer has: train it at commit {commit} "
+            f"(git checkout {commit}); its records are read where they exist."
+        )
+
+
 def groups_per_step(arm: str, args) -> int:
     """Groups a step trains: the study's completions a step (or the arm's --per_device_train_batch_size) over G."""
     flags = arm_flags(arm, args)
@@ -131,14 +146,14 @@ add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # trains the tied groups in full, which keep_failed's KL term on the failed ones is a part of
 add(*(Arm(f"zvp{suffix}", (*ENTROPY_SIGNAL, "--tied_group_scale", scale)) for suffix, scale in ZVP_SCALES.items()))
 add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
-for suffix, scale in CALIBRATED_SCALES.items():  # it reads prompt skipping's estimate, with the prior by level
-    add(ARMS["skip-rate-prior"].variant(suffix, *CALIBRATED_SIGNAL, "--tied_group_scale", scale))
-# The calibrated rule without skipping: skipping's estimate kept with a draw floor of 1, so every prompt is drawn
-# ("estimate-prior"), and both with groups of 4, as many prompts a step
+# The calibrated rule over skipping (it reads skipping's estimate, with the prior by level) at scale 1, and with the
+# estimate kept but nothing skipped (a draw floor of 1 draws every prompt): retired, their records kept
+CALIBRATED_ONE = (*CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")
 ESTIMATE_ONLY = (*SKIP, *PRIOR, "--skip_min_draw_prob", "1")
-add(Arm("estimate-prior-cal1", (*ESTIMATE_ONLY, *CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")))
-for arm in ("skip-rate-prior-cal1", "estimate-prior-cal1"):
-    add(ARMS[arm].variant("-g4", *groups_of(4), setting=True))
+add(
+    replace(ARMS["skip-rate-prior"].variant("-cal1", *CALIBRATED_ONE), retired_at=CALIBRATED_COMMIT),
+    Arm("estimate-prior-cal1", (*ESTIMATE_ONLY, *CALIBRATED_ONE), retired_at=CALIBRATED_COMMIT),
+)
 # Base TRL made again, two runs at a time as the later arms ran, evaluated at steps 5 and 15 too: what the cached TRL
 # runs' 10-step evaluation grid and conditions not recorded (running alone ruled out) do to the ratios against them
 add(Arm("trl-rerun", trl=True))

@@ -306,9 +306,3 @@ def test_entropy_shaped_advantages_by_hand():
     shaped = advantages.entropy_shaped_advantages(torch.tensor([1.0, -1.0, 0.0]), entropies, mask, scale=0.1)
     expected = torch.tensor([[0.05, 0.15, 0.0], [-0.08, 0.0, -0.04], [0.0, 0.0, 0.0]])
     torch.testing.assert_close(shaped, expected)  # the masked 9.0 is neither shaped nor the all-wrong row's max
-
-
-def test_calibrated_tied_advantages_by_hand():
-    sign, rates = torch.tensor([1.0, -1.0, 0.0, 1.0]), torch.tensor([0.2, 0.3, 0.5, 1.0])
-    calibrated = advantages.calibrated_tied_advantages(sign, rates, 0.5)
-    torch.testing.assert_close(calibrated, torch.tensor([0.4, -0.15, 0.0, 0.0]))

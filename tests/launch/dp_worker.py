@@ -12,8 +12,7 @@ checksums before and after, and rank 0's logs. Scenarios:
 - ``skipping``: dynamic sampling and prompt skipping over four prompts, "1+1=" tied, three steps;
   ``skipping_streaming`` the same over a streaming dataset (histories keyed by hashed prompts);
 - ``skipping_alone``: prompt skipping without dynamic sampling (a skipped prompt's place goes to the next prompt
-  drawn), six steps; ``calibrated`` the same with ``tied_group_signal="calibrated"`` (the tied group of "1+1="
-  trains against the prompt's success-rate estimate).
+  drawn), six steps.
 
 Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base]
 """
@@ -75,11 +74,6 @@ SCENARIOS = {
 }
 # the train set as an IterableDataset: histories keyed by hashed prompts
 SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
-# tied groups train against the success-rate estimate prompt skipping keeps
-SCENARIOS["calibrated"] = {
-    **SCENARIOS["skipping_alone"],
-    "config": {**SCENARIOS["skipping_alone"]["config"], "tied_group_signal": "calibrated"},
-}
 
 
 def completions_for(prompts):

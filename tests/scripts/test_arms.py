@@ -1,13 +1,15 @@
-"""The arms of the time-to-accuracy studies: only the package's current settings, and groups sized as the study's."""
+"""The arms of the time-to-accuracy studies: only the package's current settings (an arm whose setting left the package
+is read, not run), and groups sized as the study's."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from studies.time_to_accuracy import TimeToAccuracyArguments
+from studies.runs import train_job
+from studies.time_to_accuracy import TimeToAccuracyArguments, jobs
 from studies.time_to_accuracy_arms import ARMS, arm_flags, groups_per_step
 from studies.time_to_accuracy_real import ARMS_REAL, PLOT_ARMS, REPORT_ARMS_REAL
-from trl_zerostd.core.settings import ZERO_STD_FIELDS
+from trl_zerostd.core.settings import ZERO_STD_FIELDS, allowed_values
 
 
 def test_every_default_arm_exists():
@@ -46,10 +48,26 @@ def test_smaller_groups_keep_the_study_s_prompts_a_step(arm, batch):
     assert arm_flags(arm, study)[-2:] == ["--per_device_train_batch_size", batch]
 
 
-def test_the_estimate_arms_skip_nothing():
-    """A draw floor of 1 draws every prompt (draw probabilities are clamped to [floor, 1]): skipping's success-rate
-    estimate is kept for the calibrated rule, nothing is skipped."""
-    flags = arm_flags("estimate-prior-cal1", STUDY)
-    assert flags[flags.index("--skip_min_draw_prob") + 1] == "1"
-    assert flags[flags.index("--tied_group_signal") + 1] == "calibrated"
-    assert groups_per_step("estimate-prior-cal1-g4", STUDY) == groups_per_step("trl", STUDY)
+def test_a_retired_arm_is_read_not_run(tmp_path):
+    """An arm whose setting left the package is refused where a record is missing, naming the commit that trains it,
+    before any run starts and where a run is trained; with its records there, its jobs are the records to read."""
+    study = TimeToAccuracyArguments(arms=["trl", "estimate-prior-cal1"], seeds=[0, 1], runs_dir=str(tmp_path))
+    (tmp_path / "estimate-prior-cal1-seed0.json").write_text("{}")
+    refused = r"'estimate-prior-cal1' sets a setting this package no longer has: train it at commit 92928d9"
+    with pytest.raises(ValueError, match=refused):
+        jobs(study)
+    with pytest.raises(ValueError, match=refused):
+        train_job(("estimate-prior-cal1", [], 1e-3, 0, 1, str(tmp_path / "run.json")))
+    (tmp_path / "estimate-prior-cal1-seed1.json").write_text("{}")
+    expected = [f"{arm}-seed{seed}.json" for seed in (0, 1) for arm in ("trl", "estimate-prior-cal1")]
+    assert [job[-1] for job in jobs(study)] == [str(tmp_path / name) for name in expected]
+
+
+def test_every_arm_s_values_are_the_package_s_unless_retired():
+    """An arm that sets a value the package refuses is marked retired (its setting left the package)."""
+    allowed = allowed_values()
+    for name, arm in ARMS.items():
+        flags = arm_flags(name, STUDY)
+        values = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=False)}
+        refused = {field for field, value in values.items() if field in allowed and value not in allowed[field]}
+        assert bool(refused) == bool(arm.retired_at), (name, refused)

@@ -17,7 +17,6 @@ FEATURES = {
     "dynamic": {"dynamic_sampling": True},
     "skipping": {"skip_zero_std_prompts": True},
     "dynamic_skipping": {"dynamic_sampling": True, "skip_zero_std_prompts": True},
-    "calibrated": {"skip_zero_std_prompts": True, "tied_group_signal": "calibrated"},
 }
 
 

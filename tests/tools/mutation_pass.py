@@ -55,14 +55,6 @@ MUTATIONS = [  # (label, file, original, mutant)
         "entropy = entropies * mask",
     ),
     (
-        "tied: the calibrated estimate read after the batch is recorded",
-        "sampling/refill.py",
-        "            success_rates = self.skipper.success_rate(pool.keys)\n"
-        "            metrics.update(self._record_outcomes(pool, reward_range))\n",
-        "            metrics.update(self._record_outcomes(pool, reward_range))\n"
-        "            success_rates = self.skipper.success_rate(pool.keys)\n",
-    ),
-    (
         "engine: a server request asks for G copies whatever the rows' layout",
         "trainer/engine.py",
         "n = aligned_copies(gather_object(keys), copies)",

@@ -36,7 +36,7 @@ def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
-        "tied_group_signal": ("none", "entropy", "calibrated"),
+        "tied_group_signal": ("none", "entropy"),
     }
 
 

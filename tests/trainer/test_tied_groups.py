@@ -1,6 +1,6 @@
 """``tied_group_signal``: ``"entropy"`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation
-of its loss on a policy moved off the reference (the formula is written out here, from the model's logits);
-``"calibrated"`` against TRL's gradient on the same batch under each of its losses; eval untouched by both."""
+of its loss on a policy moved off the reference (the formula is written out here, from the model's logits); eval
+untouched."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import torch
 
 from tests.support.trainers import (
     INFORMATIVE,
-    LOSS_TYPES,
     TIED,
+    answer_reward,
     assert_eval_is_trls,
     assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
-    table_reward,
     train_batch,
 )
 from trl_zerostd import core
@@ -27,19 +26,33 @@ REWARDS = torch.tensor([0.0] * 4 + [1.0] * 4 + [1.0, 0.0, 1.0, 0.0])  # of FAILE
 SCALE, BETA = 0.5, 0.1
 
 
-def tied_batch(trainer):
+UNSCORABLE = "5 u"  # an answer to "2+3=" the reward function cannot score (None): a row this package masks
+
+
+def answer_or_unscorable(completions, prompts, **kwargs):
+    rewards = answer_reward(completions, prompts)
+    return [None if text == UNSCORABLE else reward for text, reward in zip(completions, rewards, strict=True)]
+
+
+def tied_batch(trainer, informative=INFORMATIVE):
     trainer.zero_std.reward_range = (0.0, 1.0)  # as seen earlier in training: the first group failed
-    return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
+    return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + informative)
 
 
-def hand_loss(trainer, batch, loss_type: str, tied_scale: float) -> torch.Tensor:
+def hand_loss(
+    trainer, batch, loss_type: str, tied_scale: float, rewards=REWARDS, normalization="keep"
+) -> torch.Tensor:  # fmt: skip
     """GRPO's loss (one optimizer step, num_iterations=1: importance ratio exp(logp - logp.detach()) = 1) on the
-    three groups: informative rows get (r - mean) / (std + 1e-4) of their group, the tied rows RL-ZVP's token
-    advantages, +scale * H(t) (all right) and -scale * (max_k H(k) - H(t)) (all wrong), H the policy's token
-    entropy read as a constant; every row adds beta * ratio * KL(t) against the reference (TRL 1.16's default
-    use_bias_correction_kl: the ratio's gradient makes it the unbiased reverse-KL gradient)."""
+    three groups: informative rows get (r - mean) / (std + 1e-4) over their group's scored rows, the tied rows
+    RL-ZVP's token advantages, +scale * H(t) (all right) and -scale * (max_k H(k) - H(t)) (all wrong), H the policy's
+    token entropy read as a constant; every scored row adds beta * ratio * KL(t) against the reference (TRL 1.16's
+    default use_bias_correction_kl: the ratio's gradient makes it the unbiased reverse-KL gradient). An unscorable
+    row (NaN in ``rewards``) is out of the loss; under "keep" it still counts in the normalisers (a row of the mean
+    for grpo, its tokens in num_items_in_batch for dapo), under "exclude" it leaves them."""
     prompt_ids, completion_ids = batch["prompt_ids"], batch["completion_ids"]
-    mask = batch["completion_mask"].float()
+    all_tokens = batch["base_loss_mask"].float()  # every row's completion tokens, the masked row's included
+    scored = ~torch.isnan(rewards)
+    mask = all_tokens * scored.unsqueeze(1)
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     length = completion_ids.shape[1]
@@ -53,17 +66,18 @@ def hand_loss(trainer, batch, loss_type: str, tied_scale: float) -> torch.Tensor
     with torch.no_grad():
         ref_logps, _ = token_logps(trainer.ref_model)
         entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
-    informative = REWARDS[8:]
+    informative = rewards[8:][scored[8:]]
     advantages = torch.zeros_like(mask)
-    advantages[8:] = ((informative - informative.mean()) / (informative.std() + 1e-4)).unsqueeze(1)
+    advantages[8:][scored[8:]] = ((informative - informative.mean()) / (informative.std() + 1e-4)).unsqueeze(1)
     advantages[4:8] = tied_scale * entropy[4:8]
     advantages[:4] = -tied_scale * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
     ratio = torch.exp(logps - logps.detach())
     kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
     per_token = -ratio * advantages + BETA * ratio * kl
+    rows = scored if normalization == "exclude" else torch.ones_like(scored)
     if loss_type == "grpo":
-        return ((per_token * mask).sum(1) / mask.sum(1)).mean()
-    return (per_token * mask).sum() / mask.sum()  # dapo: num_items_in_batch, one process, one micro-batch
+        return ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1))[rows].mean()
+    return (per_token * mask).sum() / all_tokens[rows].sum()  # dapo: num_items_in_batch, one micro-batch
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
@@ -89,6 +103,29 @@ def test_entropy_signal_gradient_is_the_hand_computed_one(make_trainer, loss_typ
     assert grad_norm(without) > 1e-3 * grad_norm(expected[SCALE])  # the tied rows' signal is in the gradient
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+@pytest.mark.parametrize("normalization", ["keep", "exclude"])
+def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_trainer, loss_type, normalization):
+    """The informative group's first row is unscorable: it is masked, its group's advantages come from the other
+    three, and the tied rows that train count in the normalisers while the masked row counts only under "keep".
+    GRPO's loss (a mean over rows) and DAPO's (num_items_in_batch) are the normalisers the modes tell apart."""
+    ours = make_trainer(
+        beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=answer_or_unscorable,
+        tied_group_signal="entropy", tied_group_scale=SCALE, zero_std_normalization=normalization,
+    )  # fmt: skip
+    move_policy_away(ours.model)
+    batch = tied_batch(ours, [UNSCORABLE, *INFORMATIVE[1:]])
+    assert batch["tied_sign"].tolist() == [-1.0] * 4 + [1.0] * 4 + [0.0] * 4
+    assert batch["completion_mask"][8].sum() == 0 and batch["base_loss_mask"][8].sum() > 0
+    _, ours_grads = loss_and_grads(ours, dict(batch))
+    ours.model.zero_grad(set_to_none=True)
+    rewards = torch.tensor([0.0] * 4 + [1.0] * 4 + [float("nan"), 0.0, 1.0, 0.0])
+    hand_loss(ours, batch, loss_type, SCALE, rewards, normalization).backward()
+    expected = {name: p.grad.clone() for name, p in ours.model.named_parameters()}
+    assert grad_norm(expected) > 1e-4
+    assert_grads_close(ours_grads, expected, rtol=1e-4, atol=1e-7)
+
+
 def test_informative_advantages_and_metrics(make_trainer):
     masked = make_trainer(beta=BETA, per_device_train_batch_size=12)
     ours = make_trainer(beta=BETA, per_device_train_batch_size=12, tied_group_signal="entropy")
@@ -103,12 +140,9 @@ def test_informative_advantages_and_metrics(make_trainer):
     assert metrics["zero_std/informative_adv_abs_mean"] == pytest.approx(0.866, abs=1e-3)  # +-(0.5 / 0.577)
 
 
-@pytest.mark.parametrize(
-    "signal", [{"tied_group_signal": "entropy"}, {"tied_group_signal": "calibrated", "skip_zero_std_prompts": True}]
-)
-def test_rloo_refuses_the_signal_naming_it(make_trainer, signal):
-    with pytest.raises(ValueError, match=f"tied_group_signal='{signal['tied_group_signal']}' needs GRPO's loss"):
-        make_trainer("rloo", **signal)
+def test_rloo_refuses_the_signal_naming_it(make_trainer):
+    with pytest.raises(ValueError, match="tied_group_signal='entropy' needs GRPO's loss"):
+        make_trainer("rloo", tied_group_signal="entropy")
 
 
 def three_outcomes(prompts):
@@ -121,109 +155,15 @@ def three_outcomes(prompts):
     return completions
 
 
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_calibrated_signal_is_the_success_rate_gap_and_trains_as_trl(make_trainer, loss_type):
-    """A fresh prompt's success-rate estimate is 0.5 (its level's rate, 1/2 by Laplace's rule, weighing 4 rows), so
-    the all-right group gets +scale/2 and the all-wrong one -scale/2; with those advantages the gradient is TRL's
-    on the same batch under each of TRL's losses (every row trains)."""
-    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, prompts=["1+1=", "2+3=", "4+4="])
-    ours = make_trainer(
-        skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE, **config
-    )  # fmt: skip
-    base = make_trainer(ours=False, **config)
-    for trainer in (ours, base):
-        move_policy_away(trainer.model)
-    batch = train_batch(ours, ["1+1=", "2+3=", "4+4="], three_outcomes)
-    prompts = [ours.processing_class.decode(ids, skip_special_tokens=True) for ids in batch["prompt_ids"][::4]]
-    expected = {"1+1=": SCALE * 0.5, "4+4=": -SCALE * 0.5}
-    for group, prompt in enumerate(prompts):
-        advantages = batch["advantages"][4 * group : 4 * group + 4]
-        if prompt in expected:
-            assert torch.allclose(advantages, torch.full((4,), expected[prompt])), prompt
-        else:
-            assert torch.allclose(advantages.abs(), torch.full((4,), 0.866), atol=1e-3)
-    assert (batch["row_role"] == 3).all() and not batch["tied_sign"].any()  # no token shaping at the loss
-    base_batch = train_batch(base, prompts, three_outcomes)
-    base_batch["advantages"] = batch["advantages"]
-    _, ours_grads = loss_and_grads(ours, dict(batch))
-    _, base_grads = loss_and_grads(base, base_batch)
-    assert grad_norm(base_grads) > 1e-4
-    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
-    assert ours._metrics["train"]["zero_std/tied_adv_abs_mean"][-1] == pytest.approx(SCALE * 0.5)
-
-
-UNSCORABLE = "5 u"  # an answer the reward function cannot score (None): a row this package masks
-
-
-def outcomes_with_an_unscorable_row(prompts):
-    """``three_outcomes`` with the first answer to "2+3=" unscorable: its group stays informative on the other
-    three rows."""
-    completions = three_outcomes(prompts)
-    completions[prompts.index("2+3=")] = UNSCORABLE
-    return completions
-
-
-# three_outcomes' answers scored; UNSCORABLE is missing from the table, so it scores None
-ANSWER_OR_NONE = table_reward({"2": 1.0, "3 x": 0.0, "5": 1.0, "9 a": 0.0})
-
-
-@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
-@pytest.mark.parametrize("normalization", ["keep", "exclude"])
-def test_calibrated_signal_under_both_normalisers(make_trainer, loss_type, normalization):
-    """Beside the tied groups that train, an unscorable row is masked: under "keep" the loss and gradient are TRL's
-    on the whole batch with our advantages and that row's tokens out of its loss mask (its normalisers unchanged),
-    under "exclude" TRL's on the batch without that row. GRPO's loss (a mean over rows) and DAPO's
-    (``num_items_in_batch``) are the two normalisers the modes tell apart; a loss that counts the loss mask (bnpo)
-    would need the "keep" side rescaled, as ``test_adapter.py`` does for every loss."""
-    prompts = ["1+1=", "2+3=", "4+4="]
-    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=ANSWER_OR_NONE)
-    ours = make_trainer(
-        skip_zero_std_prompts=True, tied_group_signal="calibrated", tied_group_scale=SCALE,
-        zero_std_normalization=normalization, prompts=prompts, **config,
-    )  # fmt: skip
-    base = make_trainer(ours=False, prompts=prompts, **config)
-    for trainer in (ours, base):
-        move_policy_away(trainer.model)
-    batch = train_batch(ours, prompts, outcomes_with_an_unscorable_row)
-    order = [ours.processing_class.decode(ids, skip_special_tokens=True) for ids in batch["prompt_ids"][::4]]
-    base_batch = train_batch(base, order, outcomes_with_an_unscorable_row)
-    base_batch["advantages"] = batch["advantages"]
-    unscorable = 4 * order.index("2+3=")
-    assert batch["completion_mask"][unscorable].sum() == 0 and batch["advantages"][unscorable] == 0
-    assert batch["advantages"].abs().gt(0).sum() == 11  # the tied groups train beside the informative rows
-    if normalization == "keep":
-        base_batch["completion_mask"][unscorable] = 0
-    else:
-        rows = [row for row in range(12) if row != unscorable]
-        base_batch = {
-            key: value[rows] if torch.is_tensor(value) and value.dim() and len(value) == 12 else value
-            for key, value in base_batch.items()
-        }
-        base_batch["num_items_in_batch"] = base_batch["completion_mask"].sum()
-    ours_loss, ours_grads = loss_and_grads(ours, dict(batch))
-    base_loss, base_grads = loss_and_grads(base, base_batch)
-    assert grad_norm(base_grads) > 1e-4
-    torch.testing.assert_close(ours_loss, base_loss)
-    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
-
-
-@pytest.mark.parametrize(
-    "signal", [{"tied_group_signal": "entropy"}, {"tied_group_signal": "calibrated", "skip_zero_std_prompts": True}]
-)
-def test_eval_is_untouched(make_trainer, signal):
+def test_eval_is_untouched(make_trainer):
     """In eval mode the batch TRL scores (tied groups included), its loss and ``evaluate()``'s metrics are TRL's own:
-    the entropy rule acts in the loss, the calibrated one in the advantages, in training only."""
+    the entropy rule acts in the training loss only."""
     prompts = ["1+1=", "2+3=", "4+4="]
     config = dict(beta=BETA, per_device_train_batch_size=12, per_device_eval_batch_size=12, prompts=prompts)
-    base, ours = make_trainer(ours=False, **config), make_trainer(**signal, **config)
+    base, ours = make_trainer(ours=False, **config), make_trainer(tied_group_signal="entropy", **config)
     for trainer in (base, ours):
         move_policy_away(trainer.model)
     assert_eval_is_trls(base, ours, three_outcomes, prompts)
-
-
-def test_calibrated_signal_needs_prompt_skipping(make_trainer):
-    with pytest.raises(ValueError, match="set skip_zero_std_prompts=True"):
-        make_trainer(tied_group_signal="calibrated")
 
 
 @pytest.mark.parametrize("signal", ["none", "entropy"])

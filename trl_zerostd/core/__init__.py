@@ -30,12 +30,11 @@ from .plan import (
     loss_rows_needed,
     plan_loss_rows,
     plan_metrics,
-    row_advantage_metrics,
 )
 
 __all__ = [
     "MASK_REASONS", "LossRows", "RowPlan", "RowRole", "check_groups_share_prompt", "decide_row_plan",
     "decisive_functions", "expand_groups", "forward_rows", "grouped", "loss_rows", "loss_rows_needed",
-    "mismatched_groups", "plan_loss_rows", "plan_metrics", "rejected_rows", "row_advantage_metrics", "tied_groups",
+    "mismatched_groups", "plan_loss_rows", "plan_metrics", "rejected_rows", "tied_groups",
     "truncated_rows", "unscorable_rows", "weighted_task_reward", "widen_reward_range", "zero_std_groups",
 ]  # fmt: skip

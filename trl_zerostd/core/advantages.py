@@ -123,16 +123,6 @@ def clipped_task_reward(
     return rewards
 
 
-def calibrated_tied_advantages(tied_sign: torch.Tensor, success_rates: torch.Tensor, scale: float) -> torch.Tensor:
-    """A calibrated baseline for the rows of tied groups that train on their tie (SPO, arXiv 2509.13232): each row's
-    success (1 on an all-right group, 0 on an all-wrong one) against its prompt's success-rate estimate ``p``, so an
-    all-right row gets ``scale * (1 - p)`` and an all-wrong one ``-scale * p``: a tie the prompt's history did not
-    expect teaches most, a prompt that always fails teaches nothing. ``tied_sign``, ``success_rates``: ``(N,)``.
-    Returns ``(N,)``, 0 on rows of sign 0."""
-    won = (tied_sign > 0).to(success_rates.dtype)
-    return scale * (won - success_rates) * (tied_sign != 0)
-
-
 def entropy_shaped_advantages(
     tied_sign: torch.Tensor, entropies: torch.Tensor, loss_mask: torch.Tensor, scale: float
 ) -> torch.Tensor:

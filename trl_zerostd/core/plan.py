@@ -146,23 +146,6 @@ def plan_metrics(
     return metrics
 
 
-def row_advantage_metrics(
-    tied_advantages: torch.Tensor, tied_sign: torch.Tensor, advantages: torch.Tensor, trainable: torch.Tensor
-) -> dict[str, float]:
-    """Mean absolute advantage per row of the tied rows that train (all, all-right, all-wrong: ``tied_advantages``
-    where ``tied_sign`` is +1 or -1) and of the informative ``trainable`` rows (``advantages``), all ``(N,)``; a kind
-    of row the batch lacks is left out."""
-    kinds = {"tied": tied_sign != 0, "tied_high": tied_sign > 0, "tied_low": tied_sign < 0}
-    metrics = {
-        f"zero_std/{kind}_adv_abs_mean": tied_advantages[rows].abs().mean().item()
-        for kind, rows in kinds.items()
-        if rows.any()
-    }
-    if trainable.any():
-        metrics["zero_std/informative_adv_abs_mean"] = advantages[trainable].abs().mean().item()
-    return metrics
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Which rows each forward reads
 # --------------------------------------------------------------------------------------------------------------

@@ -40,19 +40,18 @@ class ZeroStdArguments:
             "zero-variance group. Kept rows train on their KL term only and stay out of every statistic."
         },
     )
-    tied_group_signal: Literal["none", "entropy", "calibrated"] = field(
+    tied_group_signal: Literal["none", "entropy"] = field(
         default="none",
         metadata={
             "help": "GRPO: what the rows of a zero-variance group with at least two valid rows, all tied at the lowest"
             " or highest task reward seen in training, train on. 'none': nothing, they are masked. 'entropy' "
             "(RL-ZVP): token advantages from the policy's entropy, +scale*H(t) on an all-right group, "
-            "-scale*(max H - H(t)) on an all-wrong one. 'calibrated' (prompt skipping): scale*(1 - p) on an all-right "
-            "group, -scale*p on an all-wrong one, p the prompt's success-rate estimate. Their rows then train "
+            "-scale*(max H - H(t)) on an all-wrong one. Their rows then train "
             "(policy and KL terms) and count in every normaliser; they never enter another group's advantage."
         },
     )
     tied_group_scale: float = field(
-        default=0.1, metadata={"help": "The scale of tied_group_signal's advantages (> 0; 'entropy': per nat)."}
+        default=0.1, metadata={"help": "The scale of tied_group_signal's advantages (> 0, per nat)."}
     )
     dynamic_sampling: bool = field(
         default=False,
@@ -236,11 +235,6 @@ def _validate_tied_groups(settings: ZeroStdArguments) -> None:
         )
     if not settings.tied_group_scale > 0:
         raise ValueError(f"tied_group_scale must be > 0, got {settings.tied_group_scale!r}.")
-    if settings.tied_group_signal == "calibrated" and not settings.skip_zero_std_prompts:
-        raise ValueError(
-            "tied_group_signal='calibrated' reads each prompt's success-rate estimate, which prompt skipping keeps: "
-            "set skip_zero_std_prompts=True."
-        )
     if settings.tied_group_signal != "none" and not settings.mask_zero_std_groups:
         raise ValueError(
             f"tied_group_signal={settings.tied_group_signal!r} trains the zero-variance groups that "

@@ -70,9 +70,7 @@ class BatchRefiller:
         pool = GeneratedPool()
         metrics: dict[str, float] = {}
         rounds, (informative, generated) = yield from self._fill_whole(pool, inputs, needed)
-        success_rates = None
         if self.skipper is not None:
-            success_rates = self.skipper.success_rate(pool.keys)
             metrics.update(self._record_outcomes(pool, reward_range))
         chosen = torch.arange(needed)
         if dynamic:
@@ -99,7 +97,6 @@ class BatchRefiller:
             rewards_per_func=batch.rewards_per_func[row_ids],
             truncated=batch.truncated[row_ids],
             metrics=metrics,
-            success_rates=None if success_rates is None else success_rates[row_ids // G],
         )
 
     def _fill_whole(self, pool: GeneratedPool, inputs: list[dict], needed: int) -> Rounds:

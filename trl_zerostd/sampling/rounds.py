@@ -119,8 +119,7 @@ class GeneratedPool:
 class RefilledBatch:
     """This rank's rows of the groups that train, their generation records (the trainer joins them into what TRL's
     ``_generate`` returns) and the columns reward functions logged for them, the gathered ``(N, K)`` rewards and
-    ``(N,)`` truncation of the batch, and the refill's train metrics; with prompt skipping, ``success_rates``
-    ``(N,)``: each row's prompt's success-rate estimate from the groups before this batch."""
+    ``(N,)`` truncation of the batch, and the refill's train metrics."""
 
     rows: list[dict]
     records: list[tuple]
@@ -128,4 +127,3 @@ class RefilledBatch:
     rewards_per_func: torch.Tensor
     truncated: torch.Tensor
     metrics: dict[str, float]
-    success_rates: torch.Tensor | None = None

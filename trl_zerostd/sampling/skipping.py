@@ -143,16 +143,6 @@ class PromptSkipper:
         probs = self.rates.draw_prob(self._slots(keys), self.min_draw_prob)
         return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)
 
-    def success_rate(self, keys: list[int]) -> torch.Tensor:
-        """``(k,)`` float32: the mean of each prompt's success-rate ``Beta`` as the history holds it (a streaming
-        prompt whose slot another holds: a fresh prompt's, its group's rate)."""
-        key_ids = torch.tensor(keys, dtype=torch.long)
-        successes, failures = self.rates.beta(self._slots(key_ids))
-        rate = successes / (successes + failures)
-        if self.hashed is not None:
-            rate = torch.where(self.hashed.known(key_ids), rate, self.rates.group_rates()[0])
-        return rate.float()
-
     def record(self, keys: list[int], outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
         """The ``Outcome``, successes and valid rows (``group_successes``) of every group one generation batch
         generated, in draw order."""

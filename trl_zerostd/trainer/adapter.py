@@ -167,8 +167,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         rows = len(output["advantages"])
         rank_rows = slice(self.accelerator.process_index * rows, (self.accelerator.process_index + 1) * rows)
         role = plan.role[rank_rows].to(output["advantages"].device)
-        shaped_at_loss = plan.tied_sign[rank_rows] * (self._state.settings.tied_group_signal == "entropy")
-        row_tokens = gather(mark_rows(output, role, advantages[rank_rows], shaped_at_loss).sum(dim=1))
+        row_tokens = gather(mark_rows(output, role, advantages[rank_rows], plan.tied_sign[rank_rows]).sum(dim=1))
         exclude = self._state.settings.zero_std_normalization == "exclude"
         if exclude and not plan.forwarded.all() and "num_items_in_batch" in output:
             output["num_items_in_batch"] = (row_tokens * plan.forwarded).sum().to(output["num_items_in_batch"])

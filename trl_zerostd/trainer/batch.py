@@ -41,8 +41,7 @@ class GenerationBatch:
     generated and scored. ``plan``: the gathered batch's ``RowPlan``, decided once; ``scoring_rows``: each rank's
     rows of the scoring forwards. ``scoring_logps``: the ``(B, T)`` log-probs and completion masks of TRL's scoring
     forwards, in call order (RLOO's KL penalty reads them). ``refill``: with dynamic sampling or prompt skipping, the
-    refill running through TRL's method (None once its rows that train get a pass of their own); ``success_rates``:
-    with prompt skipping, the ``(N,)`` success-rate estimate of each row's prompt before the batch.
+    refill running through TRL's method (None once its rows that train get a pass of their own).
     """
 
     inputs: list[dict]
@@ -51,7 +50,6 @@ class GenerationBatch:
     scoring_rows: torch.Tensor | None = None
     scoring_logps: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     refill: RefillPasses | None = None
-    success_rates: torch.Tensor | None = None
 
     def decide_plan(
         self,

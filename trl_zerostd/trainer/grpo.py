@@ -9,7 +9,7 @@ from accelerate.utils import gather
 from trl import GRPOTrainer
 
 from .. import core
-from ..core.advantages import calibrated_tied_advantages, grpo_advantages
+from ..core.advantages import grpo_advantages
 from . import trl_layout
 from .adapter import ZeroStdAdapter
 from .batch import GenerationBatch
@@ -72,19 +72,10 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
     def _advantages(self, batch: GenerationBatch) -> torch.Tensor:
         generation, plan = batch.generation, batch.plan
         assert generation is not None and plan is not None, "advantages are computed under the batch's plan"
-        advantages = grpo_advantages(
+        return grpo_advantages(
             generation.rewards_per_func, self.reward_weights, self._group_size, plan.trainable,
             scale_rewards=self.scale_rewards, multi_objective_aggregation=self.multi_objective_aggregation,
         )  # fmt: skip
-        settings = self._state.settings
-        if settings.tied_group_signal != "calibrated" or not plan.tied_sign.any():
-            return advantages
-        assert batch.success_rates is not None, "prompt skipping gives every row its prompt's success rate"
-        tied = calibrated_tied_advantages(
-            plan.tied_sign, batch.success_rates.to(advantages), settings.tied_group_scale
-        )
-        self._log(core.row_advantage_metrics(tied, plan.tied_sign, advantages, plan.trainable))
-        return advantages + tied
 
     def _rejection_mode(self) -> bool:
         # Under vLLM importance-sampling correction the old-policy forward gives the ratio (and its logged

@@ -130,7 +130,6 @@ class RefillPasses:
         trainer = self.trainer
         generated = trainer._join_generated([record.generated for record in cast(list[RowRecord], refilled.records)])
         self.batch.generation = Generation(generated, refilled.rewards_per_func, refilled.truncated)
-        self.batch.success_rates = refilled.success_rates
         trl_layout.restore_logged_columns(trainer, refilled.logged)
         trl_layout.restore_pending_metrics(trainer, self.pending_metrics)
         trl_layout.log_metrics(trainer, refilled.metrics)
