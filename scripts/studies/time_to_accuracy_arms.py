@@ -70,9 +70,8 @@ REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
 ENTROPY_SIGNAL = ("--tied_group_signal", "entropy")  # RL-ZVP: tied groups train on entropy-shaped advantages
 ZVP_SCALES = {"-a005": "0.05", "-a01": "0.1", "-a02": "0.2", "-a04": "0.4"}  # its tied_group_scale
-CALIBRATED_COMMIT = (
-    "92928d9"  # the commit that keeps tied_group_signal="calibrated", which paid nowhere (tied_groups.md)
-)
+# the commit that keeps tied_group_signal="calibrated", which paid nowhere (docs/studies/tied_groups.md)
+CALIBRATED_COMMIT = "92928d9"
 CALIBRATED_SIGNAL = ("--tied_group_signal", "calibrated")  # tied groups against the prompt's success-rate estimate
 ARMS: dict[str, Arm] = {}
 
