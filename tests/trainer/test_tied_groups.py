@@ -10,12 +10,12 @@ import torch
 from tests.support.trainers import (
     INFORMATIVE,
     TIED,
-    answer_reward,
     assert_eval_is_trls,
     assert_grads_close,
     grad_norm,
     loss_and_grads,
     move_policy_away,
+    table_reward,
     train_batch,
 )
 from trl_zerostd import core
@@ -27,11 +27,8 @@ SCALE, BETA = 0.5, 0.1
 
 
 UNSCORABLE = "5 u"  # an answer to "2+3=" the reward function cannot score (None): a row this package masks
-
-
-def answer_or_unscorable(completions, prompts, **kwargs):
-    rewards = answer_reward(completions, prompts)
-    return [None if text == UNSCORABLE else reward for text, reward in zip(completions, rewards, strict=True)]
+# the answers' rewards as answer_reward gives them; UNSCORABLE is missing from the table, so it scores None
+ANSWER_OR_NONE = table_reward(dict(zip(FAILED + TIED + INFORMATIVE, REWARDS.tolist(), strict=True)))
 
 
 def tied_batch(trainer, informative=INFORMATIVE):
@@ -110,7 +107,7 @@ def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_tra
     three, and the tied rows that train count in the normalisers while the masked row counts only under "keep".
     GRPO's loss (a mean over rows) and DAPO's (num_items_in_batch) are the normalisers the modes tell apart."""
     ours = make_trainer(
-        beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=answer_or_unscorable,
+        beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=ANSWER_OR_NONE,
         tied_group_signal="entropy", tied_group_scale=SCALE, zero_std_normalization=normalization,
     )  # fmt: skip
     move_policy_away(ours.model)
@@ -119,7 +116,8 @@ def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_tra
     assert batch["completion_mask"][8].sum() == 0 and batch["base_loss_mask"][8].sum() > 0
     _, ours_grads = loss_and_grads(ours, dict(batch))
     ours.model.zero_grad(set_to_none=True)
-    rewards = torch.tensor([0.0] * 4 + [1.0] * 4 + [float("nan"), 0.0, 1.0, 0.0])
+    rewards = REWARDS.clone()
+    rewards[8] = float("nan")  # the unscorable row
     hand_loss(ours, batch, loss_type, SCALE, rewards, normalization).backward()
     expected = {name: p.grad.clone() for name, p in ours.model.named_parameters()}
     assert grad_norm(expected) > 1e-4
