@@ -10,11 +10,12 @@ tests.launch.resume_worker``; ``accelerate launch -m`` for 2 processes):
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read
 the stream, the history is keyed by hashed prompts); ``ours-prior`` the same as ``ours`` with the success rates'
 prior by prompt text; ``ours-skipping`` prompt skipping (prior by prompt text) and ``keep_failed`` without dynamic
-sampling; ``base`` TRL's GRPOTrainer (the control). Rank 0 writes ``result.json``: a hash of every parameter's bytes
-and the logged metrics of each step (timings dropped).
+sampling; ``ours-entropy`` tied groups training on their entropy-shaped advantages; ``base`` TRL's GRPOTrainer (the
+control). Rank 0 writes ``result.json``: a hash of every parameter's bytes and the logged metrics of each step
+(timings dropped).
 
 Usage: python -m tests.launch.resume_worker MODEL_DIR RUN_DIR full|kill|resume
-       ours|ours-streaming|ours-prior|ours-skipping|base [KILLED_RUN_DIR]
+       ours|ours-streaming|ours-prior|ours-skipping|ours-entropy|base [KILLED_RUN_DIR]
 """
 
 import hashlib
@@ -38,6 +39,7 @@ SETTINGS = {
     "ours-streaming": OURS,
     "ours-prior": {**OURS, "skip_prior_key": "prompt"},
     "ours-skipping": {"skip_zero_std_prompts": True, "skip_prior_key": "prompt", "zero_std_kl": "keep_failed"},
+    "ours-entropy": {"tied_group_signal": "entropy"},
     "base": {},
 }
 

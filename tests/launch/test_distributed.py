@@ -51,6 +51,27 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, kind, scenario):
     assert single[0]["logs"][0]["zero_std/masked_group_frac"] == 0.5
 
 
+def test_entropy_signal_two_processes_match_one(tiny_model_dir, tmp_path):
+    """At the first step one rank gets the tied group only, the other the informative one: the tied rows train on
+    their entropy-shaped advantages, the parameters are one process's, and the logged advantage sizes are summed over
+    ranks."""
+    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
+    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
+    first_step = [{row["prompt"] for row in rank["rows"][:4]} for rank in ranks]
+    assert first_step[0] != first_step[1]
+    assert by_row(ranks) == by_row(single)
+    tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
+    assert tied and all(row["tokens"] > 0 for row in tied)  # trained, their advantages shaped at the loss
+    assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+    masked = launch(tiny_model_dir, tmp_path / "masked", "grpo", "masking", num_processes=1)
+    assert single[0]["checksum"] != pytest.approx(masked[0]["checksum"], rel=1e-6)  # the tied rows moved it
+    for dp_step, single_step in zip(ranks[0]["logs"], single[0]["logs"], strict=True):
+        sizes = {key: value for key, value in single_step.items() if key.endswith("_adv_abs_mean")}
+        assert {"zero_std/tied_high_adv_abs_mean", "zero_std/informative_adv_abs_mean"} <= set(sizes)
+        assert {key: dp_step.get(key) for key in sizes} == pytest.approx(sizes, rel=1e-5)
+        assert dp_step["zero_std/tied_trained_group_frac"] == single_step["zero_std/tied_trained_group_frac"] == 0.5
+
+
 def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
     """Same rounds, same groups kept, same rows and advantages on 2 ranks as on one; no trained group is tied."""
     ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")

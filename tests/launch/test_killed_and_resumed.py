@@ -2,7 +2,8 @@
 run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
 drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
 ``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset, with the success
-rates' prior by prompt, and with prompt skipping alone (``tests/launch/resume_worker.py``). TRL's own trainer is the
+rates' prior by prompt, with prompt skipping alone, and with tied groups training on their entropy-shaped
+advantages (``tests/launch/resume_worker.py``). TRL's own trainer is the
 control.
 """
 
@@ -32,6 +33,7 @@ def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
         ("ours-prior", 1),
         ("ours-prior", 2),
         ("ours-skipping", 2),
+        ("ours-entropy", 1),
         ("base", 1),
     ],
 )
@@ -53,4 +55,7 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, t
         after = expected["steps"][3:]
         if SETTINGS[kind].get("dynamic_sampling"):
             assert all(step["dynamic_sampling/rounds"] >= 1 for step in after)
-        assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0
+        if SETTINGS[kind].get("skip_zero_std_prompts"):
+            assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0
+        if SETTINGS[kind].get("tied_group_signal"):  # tied groups trained after the checkpoint
+            assert sum(step["zero_std/tied_trained_group_frac"] for step in after) > 0

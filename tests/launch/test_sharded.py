@@ -7,7 +7,8 @@ first test shows. The others set ``ZEROSTD_TEST_CPU_FSDP=1``, which makes the wo
 over gloo.
 
 The batch puts the tied group on one rank and the informative group on the other, so one rank forwards a single
-row at zero weight while the other trains: FSDP's parameter gathers must stay in step. The run must finish within the
+row at zero weight while the other trains (with ``tied_group_signal="entropy"``, the tied rank trains its rows on
+their entropy-shaped advantages): FSDP's parameter gathers must stay in step. The run must finish within the
 timeout, and make the update of the DDP run on the same data.
 """
 
@@ -23,14 +24,15 @@ from tests.support.launching import DP_WORKER, ROOT, free_port, run_from_root
 CONFIG = ROOT / "scripts" / "accelerate" / "fsdp2.yaml"
 ZERO3_CONFIG = CONFIG.with_name("deepspeed_zero3.yaml")
 TIMEOUT_S = 300
+SHARDED_CASES = [("grpo", "masking"), ("rloo", "masking"), ("grpo", "entropy")]  # (kind, dp_worker scenario)
 
 
-def launch_fsdp(model_dir, out_dir, kind, trainer="ours", force=True, config=CONFIG, env=None):
+def launch_fsdp(model_dir, out_dir, kind, trainer="ours", force=True, config=CONFIG, env=None, scenario="masking"):
     out_dir.mkdir()
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "2",
         "--mixed_precision", "no", "--main_process_port", free_port(),
-        "-m", DP_WORKER, model_dir, str(out_dir), kind, "masking", trainer,
+        "-m", DP_WORKER, model_dir, str(out_dir), kind, scenario, trainer,
     ]  # fmt: skip
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "ZEROSTD_TEST_CPU_FSDP": "1" if force else "0", **(env or {})}
     done = run_from_root(command, timeout=TIMEOUT_S, env=env)
@@ -47,10 +49,12 @@ def test_accelerate_runs_an_fsdp_config_as_ddp_on_cpu(tiny_model_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def ddp_updates(tiny_model_dir, tmp_path_factory):
-    """The DDP run of each trainer on the same data: the update the sharded runs must reproduce."""
+    """The DDP run of each trainer and scenario on the same data: the update the sharded runs must reproduce."""
     return {
-        kind: update(launch(tiny_model_dir, tmp_path_factory.mktemp(f"ddp-{kind}") / "run", kind, "masking")[0])
-        for kind in ("grpo", "rloo")
+        (kind, scenario): update(
+            launch(tiny_model_dir, tmp_path_factory.mktemp(f"ddp-{kind}-{scenario}") / "run", kind, scenario)[0]
+        )
+        for kind, scenario in SHARDED_CASES
     }
 
 
@@ -59,15 +63,18 @@ def update(result):
     return result["checksum"] - result["checksum_before"]
 
 
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_fsdp_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind):
-    ranks = launch_fsdp(tiny_model_dir, tmp_path / "fsdp", kind)
+@pytest.mark.parametrize(("kind", "scenario"), SHARDED_CASES)
+def test_fsdp_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind, scenario):
+    """``entropy``: the tied rank's rows train instead, on their entropy-shaped advantages."""
+    ranks = launch_fsdp(tiny_model_dir, tmp_path / "fsdp", kind, scenario=scenario)
     assert [r["world_size"] for r in ranks] == [2, 2] and all(r["sharded"] for r in ranks)
     assert {r["distributed_type"] for r in ranks} == {"DistributedType.FSDP"}
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # every rank sees the same whole parameters
-    tied_rank = next(r for r in ranks if {row["prompt"] for row in r["rows"]} == {"1+1="})
-    assert all(row["tokens"] == 0 for row in tied_rank["rows"])  # one rank held only masked rows
-    assert abs(ddp_updates[kind]) > 1e-3 and update(ranks[0]) == pytest.approx(ddp_updates[kind], rel=1e-4)
+    tied_rank = next(r for r in ranks if {row["prompt"] for row in r["rows"][:4]} == {"1+1="})
+    tied_tokens = [row["tokens"] for row in tied_rank["rows"][:4]]
+    assert all(tokens > 0 for tokens in tied_tokens) if scenario == "entropy" else not any(tied_tokens)
+    expected = ddp_updates[kind, scenario]
+    assert abs(expected) > 1e-3 and update(ranks[0]) == pytest.approx(expected, rel=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
@@ -85,7 +92,7 @@ def test_deepspeed_zero3_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp
     )
     assert {r["distributed_type"] for r in ranks} == {"DistributedType.DEEPSPEED"}
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
-    assert update(ranks[0]) == pytest.approx(ddp_updates[kind], rel=1e-4)
+    assert update(ranks[0]) == pytest.approx(ddp_updates[kind, "masking"], rel=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

@@ -1,6 +1,6 @@
 """TRL's own vLLM code over the stand-in engine (``tests/support/fake_vllm.py``) in two processes
 (``tests/launch/vllm_worker.py``): every row is its own prompt's, and the rows, advantages and parameters equal one
-process's."""
+process's, with prompt skipping and with tied groups training on their entropy-shaped advantages."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.support.vllm_cases import GLOBAL_BATCH
         ("grpo", "colocate", "dynamic_skipping"),
         ("rloo", "server", "dynamic"),
         ("grpo", "server", "skipping"),
+        ("grpo", "server", "entropy"),
     ],
 )
 def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind, mode, feature):
@@ -37,6 +38,8 @@ def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind,
     assert [row[:2] + row[3:] for row in rows] == [row[:2] + row[3:] for row in single_rows]
     assert [row[2] for row in rows] == pytest.approx([row[2] for row in single_rows], abs=1e-6)  # RLOO's KL: sums
     assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
+    if feature == "entropy":  # "1+1=" always right: its tied rows train, their advantages shaped at the loss
+        assert any(prompt == "1+1=" and tokens > 0 for prompt, _, _, tokens in rows)
 
 
 def launch_vllm(model_dir, out_dir, kind, mode, feature, num_processes=2):

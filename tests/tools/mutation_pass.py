@@ -55,6 +55,12 @@ MUTATIONS = [  # (label, file, original, mutant)
         "entropy = entropies * mask",
     ),
     (
+        "tied: each rank logs the advantage sizes of its own rows",
+        "trainer/loss.py",
+        "return metrics_of_advantage_sizes(sum_over_ranks(self.tied.advantage_sizes(self.rows.policy)))",
+        "return metrics_of_advantage_sizes(self.tied.advantage_sizes(self.rows.policy))",
+    ),
+    (
         "engine: a server request asks for G copies whatever the rows' layout",
         "trainer/engine.py",
         "n = aligned_copies(gather_object(keys), copies)",

@@ -9,6 +9,7 @@ import torch
 
 from tests.support.trainers import (
     INFORMATIVE,
+    LOSS_TYPES,
     TIED,
     assert_eval_is_trls,
     assert_grads_close,
@@ -98,6 +99,37 @@ def test_entropy_signal_gradient_is_the_hand_computed_one(make_trainer, loss_typ
     assert_grads_close(ours_grads, expected[SCALE], rtol=1e-4, atol=1e-7)
     without = {name: expected[SCALE][name] - expected[0.0][name] for name in ours_grads}
     assert grad_norm(without) > 1e-3 * grad_norm(expected[SCALE])  # the tied rows' signal is in the gradient
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_trainer, loss_type):
+    """Under each of TRL's losses, the gradient is TRL's own on the same batch once its tied rows' advantages are the
+    ``(B, T)`` entropy-shaped ones (TRL 1.16's loss takes token advantages): +scale * H(t) all right,
+    -scale * (max_k H(k) - H(t)) all wrong, H the entropy of TRL's policy forward over the loss tokens."""
+    config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12)
+    ours = make_trainer(tied_group_signal="entropy", tied_group_scale=SCALE, **config)
+    base = make_trainer(ours=False, **config)
+    for trainer in (ours, base):
+        move_policy_away(trainer.model)
+    batch = tied_batch(ours)
+    base_batch = train_batch(base, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
+    assert torch.equal(base_batch["advantages"], batch["advantages"])  # the tied rows' 0 in both
+    prompt_completion = torch.cat([base_batch["prompt_ids"], base_batch["completion_ids"]], dim=1)
+    attention = torch.cat([base_batch["prompt_mask"], base_batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        _, entropy, _ = base._get_per_token_logps_and_entropies(
+            base.model, prompt_completion, attention, base_batch["completion_ids"].shape[1], compute_entropy=True
+        )
+    entropy = entropy * base_batch["completion_mask"]
+    advantages = base_batch["advantages"].unsqueeze(1).expand_as(entropy).clone()
+    advantages[4:8] = SCALE * entropy[4:8]
+    advantages[:4] = -SCALE * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
+    base_batch["advantages"] = advantages
+    ours_loss, ours_grads = loss_and_grads(ours, dict(batch))
+    base_loss, base_grads = loss_and_grads(base, base_batch)
+    assert grad_norm(base_grads) > 1e-4
+    torch.testing.assert_close(ours_loss, base_loss, rtol=1e-5, atol=1e-7)
+    assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])

@@ -135,9 +135,12 @@ def test_hf_generate_decodes_in_calls_no_larger_than_trls(make_trainer):
     assert max(sizes) == 8 and sum(sizes) > 8 * 3
 
 
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-@pytest.mark.parametrize("feature", ["masking", "dynamic", "skipping"])
+@pytest.mark.parametrize(
+    ("kind", "feature"),
+    [(kind, feature) for kind in ("grpo", "rloo") for feature in ("masking", "dynamic", "skipping")]
+    + [("grpo", "entropy")],
+)
 def test_the_vllm_batch_trains_as_the_hf_generate_batch(vllm_trainer, make_trainer, kind, mode, feature):
     """The same completions through TRL's vLLM code and through TRL's HF-generate path (its generation seam stubbed):
     the same rows, advantages and masks, and the same loss and gradients on a policy moved off the reference."""

@@ -48,30 +48,31 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
     return {key: joined.get(key) for key in selected}
 
 
+ADVANTAGE_SIZE_KINDS = ("tied", "tied_high", "tied_low", "informative")
+
+
 @dataclass(frozen=True)
 class TiedTokens:
-    """The micro-batch's rows that train on their group's tie (``tied_group_signal="entropy"``): ``sign`` ``(B,)``
-    (``RowPlan.tied_sign``), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages`` ``(B, T)`` is the tensor TRL's loss
-    reads as ``inputs["advantages"]``; ``loss_forward`` writes these rows' entropy-shaped advantages into it from the
-    policy forward's entropies, which TRL 1.16's ``_compute_loss`` computes before it reads the advantages."""
+    """The micro-batch's rows under ``tied_group_signal="entropy"``: ``sign`` ``(B,)`` (``RowPlan.tied_sign``: +-1 on
+    the rows that train on their group's tie, 0 elsewhere), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages``
+    ``(B, T)`` is the tensor TRL's loss reads as ``inputs["advantages"]``; ``loss_forward`` writes the tied rows'
+    entropy-shaped advantages into it from the policy forward's entropies, which TRL 1.16's ``_compute_loss``
+    computes before it reads the advantages."""
 
     sign: torch.Tensor
     loss_mask: torch.Tensor
     scale: float
     advantages: torch.Tensor
 
-    def metrics(self, trained: torch.Tensor) -> dict[str, float]:
-        """Mean absolute advantage per loss token of the tied rows (all, all-right, all-wrong) and of the informative
-        ones among the ``(B,)`` bool ``trained`` rows, from ``advantages`` once filled; a kind of row the micro-batch
-        lacks is left out."""
-        size, tokens = self.advantages.abs() * self.loss_mask, self.loss_mask
-        kinds = {"tied": self.sign != 0, "tied_high": self.sign > 0, "tied_low": self.sign < 0}
-        kinds["informative"] = trained.to(self.sign.device) & (self.sign == 0)
-        return {
-            f"zero_std/{kind}_adv_abs_mean": float(size[rows].sum() / tokens[rows].sum())
-            for kind, rows in kinds.items()
-            if tokens[rows].sum() > 0
-        }
+    def advantage_sizes(self, trained: torch.Tensor) -> torch.Tensor:
+        """``(4, 2)``: per kind of row (``ADVANTAGE_SIZE_KINDS``: tied, all-right, all-wrong, and the informative rows
+        among the ``(B,)`` bool ``trained``), the sum of |advantage| over its loss tokens and their count, from
+        ``advantages`` once filled. Sums, so that ranks add them before the ratio (``metrics_of_advantage_sizes``)."""
+        tokens = self.loss_mask.float()
+        size, tokens = (self.advantages.abs().float() * tokens).sum(1), tokens.sum(1)
+        sign = self.sign.to(size.device)
+        kinds = [sign != 0, sign > 0, sign < 0, trained.to(sign.device) & (sign == 0)]
+        return torch.stack([torch.stack([size[rows].sum(), tokens[rows].sum()]) for rows in kinds])
 
     def fill(self, entropies: torch.Tensor) -> None:
         rows = self.sign != 0
@@ -79,18 +80,31 @@ class TiedTokens:
         self.advantages[rows] = shaped[rows].to(self.advantages.dtype)
 
 
+def metrics_of_advantage_sizes(sizes: torch.Tensor) -> dict[str, float]:
+    """Mean |advantage| per loss token of each kind of row from ``TiedTokens.advantage_sizes`` (summed over ranks);
+    a kind no rank has is left out."""
+    return {
+        f"zero_std/{kind}_adv_abs_mean": float(size / tokens)
+        for kind, (size, tokens) in zip(ADVANTAGE_SIZE_KINDS, sizes.tolist(), strict=True)
+        if tokens > 0
+    }
+
+
 @dataclass(frozen=True)
 class LossCall:
     """One micro-batch's loss: its ``rows``, the ``(B, T)`` constant log-probs of the rows it does not forward and,
-    where some rows train on their group's tie, their ``tied`` tokens."""
+    under ``tied_group_signal``, its ``tied`` tokens (on every rank, with or without tied rows)."""
 
     rows: core.LossRows
     fill_logps: torch.Tensor
     tied: TiedTokens | None = None
 
-    def tied_metrics(self) -> dict[str, float]:
-        """``TiedTokens.metrics`` once the loss ran (none without tied rows)."""
-        return {} if self.tied is None else self.tied.metrics(self.rows.policy)
+    def advantage_size_metrics(self, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        """``metrics_of_advantage_sizes`` of the tied tokens once the loss ran, their sums added over ranks by
+        ``sum_over_ranks`` (a collective: every rank has tied tokens under ``tied_group_signal``); none without."""
+        if self.tied is None:
+            return {}
+        return metrics_of_advantage_sizes(sum_over_ranks(self.tied.advantage_sizes(self.rows.policy)))
 
 
 def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor, tied_sign: torch.Tensor) -> torch.Tensor:
@@ -113,8 +127,9 @@ def loss_call(
 ) -> tuple[dict, LossCall, torch.Tensor]:
     """A micro-batch (``inputs``, TRL's with ``mark_rows``'s keys) for TRL's loss under ``settings`` (its
     ``zero_std_normalization``): its rows (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs,
-    every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Rows shaped at the
-    loss make the advantages ``(B', T)``, filled at the policy forward (``TiedTokens``, ``tied_group_scale``)."""
+    every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Under
+    ``tied_group_signal`` the advantages are ``(B', T)``, the tied rows' filled at the policy forward (``TiedTokens``,
+    ``tied_group_scale``)."""
     normalization, inputs = settings.zero_std_normalization, dict(inputs)
     role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
     tied_sign = inputs.pop(TIED_SIGN_KEY)
@@ -125,7 +140,7 @@ def loss_call(
     fill = inputs.get("old_per_token_logps")
     fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
     tied = None
-    if tied_sign[kept].any():
+    if settings.tied_group_signal != "none":
         advantages = inputs["advantages"].unsqueeze(1).expand_as(fill).clone()
         inputs["advantages"] = advantages
         tied = TiedTokens(tied_sign[kept], base_loss_mask[kept], settings.tied_group_scale, advantages)
@@ -153,7 +168,7 @@ def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logi
         entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
         if call.tied is not None:
             call.tied.fill(entropies)
-    elif call.tied is not None:
+    elif call.tied is not None and call.tied.sign.any():
         raise RuntimeError("Tied groups' entropy-shaped advantages need the loss forward's entropies: TRL 1.16 asks.")
     if aux_loss is not None and len(forwarded) == 0:
         aux_loss = 0.0 * aux_loss
