@@ -57,17 +57,14 @@ def test_entropy_signal_two_processes_match_one(tiny_model_dir, tmp_path):
     ranks."""
     ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
     single = launch(tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
-    first_step = [{row["prompt"] for row in rank["rows"][:4]} for rank in ranks]
-    assert first_step[0] != first_step[1]
+    assert {"1+1="} in [{row["prompt"] for row in rank["rows"][:4]} for rank in ranks]  # the first step's
     assert by_row(ranks) == by_row(single)
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
     assert tied and all(row["tokens"] > 0 for row in tied)  # trained, their advantages shaped at the loss
     assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
-    masked = launch(tiny_model_dir, tmp_path / "masked", "grpo", "masking", num_processes=1)
-    assert single[0]["checksum"] != pytest.approx(masked[0]["checksum"], rel=1e-6)  # the tied rows moved it
     for dp_step, single_step in zip(ranks[0]["logs"], single[0]["logs"], strict=True):
         sizes = {key: value for key, value in single_step.items() if key.endswith("_adv_abs_mean")}
-        assert {"zero_std/tied_high_adv_abs_mean", "zero_std/informative_adv_abs_mean"} <= set(sizes)
+        assert sizes["zero_std/tied_high_adv_abs_mean"] > 0 and sizes["zero_std/informative_adv_abs_mean"] > 0
         assert {key: dp_step.get(key) for key in sizes} == pytest.approx(sizes, rel=1e-5)
         assert dp_step["zero_std/tied_trained_group_frac"] == single_step["zero_std/tied_trained_group_frac"] == 0.5
 

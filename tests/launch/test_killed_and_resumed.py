@@ -34,6 +34,7 @@ def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
         ("ours-prior", 2),
         ("ours-skipping", 2),
         ("ours-entropy", 1),
+        ("ours-entropy", 2),
         ("base", 1),
     ],
 )

@@ -1,5 +1,5 @@
-"""Sharded training (FSDP2) on CPU with an all-masked rank: both trainers, and base TRL's trainers as the control,
-launched with ``accelerate launch --config_file fsdp2.yaml``.
+"""Sharded training (FSDP2, DeepSpeed ZeRO-3) on CPU with a lopsided batch: both trainers, and base TRL's trainers
+as the control, launched with ``accelerate launch --config_file fsdp2.yaml``.
 
 accelerate 1.15 has no FSDP path on CPU: with ``use_cpu`` it runs an FSDP config as DDP (``MULTI_CPU``), which the
 first test shows. The others set ``ZEROSTD_TEST_CPU_FSDP=1``, which makes the worker switch accelerate's state to FSDP
@@ -64,7 +64,7 @@ def update(result):
 
 
 @pytest.mark.parametrize(("kind", "scenario"), SHARDED_CASES)
-def test_fsdp_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind, scenario):
+def test_fsdp_with_a_lopsided_batch_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind, scenario):
     """``entropy``: the tied rank's rows train instead, on their entropy-shaped advantages."""
     ranks = launch_fsdp(tiny_model_dir, tmp_path / "fsdp", kind, scenario=scenario)
     assert [r["world_size"] for r in ranks] == [2, 2] and all(r["sharded"] for r in ranks)
@@ -77,8 +77,8 @@ def test_fsdp_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp_path, ddp_
     assert abs(expected) > 1e-3 and update(ranks[0]) == pytest.approx(expected, rel=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_deepspeed_zero3_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind):
+@pytest.mark.parametrize(("kind", "scenario"), SHARDED_CASES)
+def test_deepspeed_zero3_with_a_lopsided_batch_matches_ddp(tiny_model_dir, tmp_path, ddp_updates, kind, scenario):
     """DeepSpeed ZeRO-3 (its CPU accelerator, over gloo; the worker switches accelerate's state to DeepSpeed, which
     accelerate also enables only from a GPU-like distributed type): the same run, the same update."""
     pytest.importorskip("deepspeed")
@@ -89,10 +89,11 @@ def test_deepspeed_zero3_with_an_all_masked_rank_matches_ddp(tiny_model_dir, tmp
         config=ZERO3_CONFIG,
         force=False,
         env={"DS_ACCELERATOR": "cpu", "ACCELERATE_USE_CPU": "false"},
+        scenario=scenario,
     )
     assert {r["distributed_type"] for r in ranks} == {"DistributedType.DEEPSPEED"}
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
-    assert update(ranks[0]) == pytest.approx(ddp_updates[kind, "masking"], rel=1e-4)
+    assert update(ranks[0]) == pytest.approx(ddp_updates[kind, scenario], rel=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])

@@ -57,8 +57,14 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "tied: each rank logs the advantage sizes of its own rows",
         "trainer/loss.py",
-        "return metrics_of_advantage_sizes(sum_over_ranks(self.tied.advantage_sizes(self.rows.policy)))",
-        "return metrics_of_advantage_sizes(self.tied.advantage_sizes(self.rows.policy))",
+        "return abs_advantage_means(sum_over_ranks(self.tied.abs_advantage_sums(self.rows.policy)))",
+        "return abs_advantage_means(self.tied.abs_advantage_sums(self.rows.policy))",
+    ),
+    (
+        "tied: a micro-batch without a tied row hands TRL token advantages",
+        "trainer/loss.py",
+        "        if tied_sign[kept].any():  # TRL's loss reads (B, T) advantages only where a row is shaped",
+        "        if True:",
     ),
     (
         "engine: a server request asks for G copies whatever the rows' layout",

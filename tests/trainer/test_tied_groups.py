@@ -132,6 +132,29 @@ def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_traine
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_without_a_tied_group_the_signal_trains_and_logs_as_trl(make_trainer, level):
+    """A batch of informative groups only, off-policy so that the clipping acts: the loss, the gradient and every
+    metric TRL logs are TRL's, so TRL's row-shaped metrics (sequence-level clip ratios) keep their meaning where no
+    row is shaped."""
+    prompts, completions = ["2+3=", "1+1="], INFORMATIVE + ["2", "9", "2 a", "1"]
+    config = dict(beta=BETA, loss_type="grpo", importance_sampling_level=level)
+    ours = make_trainer(tied_group_signal="entropy", tied_group_scale=SCALE, **config)
+    base = make_trainer(ours=False, **config)
+    results = []
+    for trainer in (ours, base):
+        move_policy_away(trainer.model)
+        batch = train_batch(trainer, prompts, completions)
+        batch["old_per_token_logps"] = torch.full(batch["completion_ids"].shape, -2.0)  # ratios far from 1
+        results.append(loss_and_grads(trainer, batch))
+    assert not batch["advantages"].eq(0).any()  # every row informative
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=0, atol=0)
+    assert_grads_close(results[0][1], results[1][1], rtol=0, atol=0)
+    logged = {name: ours._metrics["train"][name] for name in base._metrics["train"]}
+    assert logged == base._metrics["train"] and logged["clip_ratio/region_mean"][-1] > 0
+    assert ours._metrics["train"]["zero_std/informative_adv_abs_mean"] == [pytest.approx(0.866, abs=1e-3)]
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 @pytest.mark.parametrize("normalization", ["keep", "exclude"])
 def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_trainer, loss_type, normalization):

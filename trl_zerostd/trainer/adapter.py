@@ -216,7 +216,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
             loss = super()._compute_loss(model, inputs)
         finally:
             self._loss_call = None
-        self._log(call.advantage_size_metrics(partial(self.accelerator.reduce, reduction="sum")))
+        self._log(call.tied_metrics(partial(self.accelerator.reduce, reduction="sum")))
         trained, step_ends = int((call.rows.role >= core.RowRole.KL_ONLY).sum()), self.accelerator.sync_gradients
         self._log(*self._state.observe_trained_rows(trained, step_ends, partial(self._over_ranks, reduction="sum")))
         return loss

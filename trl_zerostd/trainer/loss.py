@@ -48,26 +48,26 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
     return {key: joined.get(key) for key in selected}
 
 
-ADVANTAGE_SIZE_KINDS = ("tied", "tied_high", "tied_low", "informative")
+ABS_ADVANTAGE_KINDS = ("tied", "tied_high", "tied_low", "informative")
 
 
 @dataclass(frozen=True)
 class TiedTokens:
     """The micro-batch's rows under ``tied_group_signal="entropy"``: ``sign`` ``(B,)`` (``RowPlan.tied_sign``: +-1 on
     the rows that train on their group's tie, 0 elsewhere), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages``
-    ``(B, T)`` is the tensor TRL's loss reads as ``inputs["advantages"]``; ``loss_forward`` writes the tied rows'
-    entropy-shaped advantages into it from the policy forward's entropies, which TRL 1.16's ``_compute_loss``
-    computes before it reads the advantages."""
+    ``(B, T)``: where some row is tied, the tensor TRL's loss reads as ``inputs["advantages"]``, into which
+    ``loss_forward`` writes the tied rows' entropy-shaped advantages from the policy forward's entropies (TRL 1.16's
+    ``_compute_loss`` computes them before it reads the advantages); elsewhere a view of TRL's ``(B,)`` ones."""
 
     sign: torch.Tensor
     loss_mask: torch.Tensor
     scale: float
     advantages: torch.Tensor
 
-    def advantage_sizes(self, trained: torch.Tensor) -> torch.Tensor:
-        """``(4, 2)``: per kind of row (``ADVANTAGE_SIZE_KINDS``: tied, all-right, all-wrong, and the informative rows
+    def abs_advantage_sums(self, trained: torch.Tensor) -> torch.Tensor:
+        """``(4, 2)``: per kind of row (``ABS_ADVANTAGE_KINDS``: tied, all-right, all-wrong, and the informative rows
         among the ``(B,)`` bool ``trained``), the sum of |advantage| over its loss tokens and their count, from
-        ``advantages`` once filled. Sums, so that ranks add them before the ratio (``metrics_of_advantage_sizes``)."""
+        ``advantages`` once filled. Sums, so that ranks add them before the ratio (``abs_advantage_means``)."""
         tokens = self.loss_mask.float()
         size, tokens = (self.advantages.abs().float() * tokens).sum(1), tokens.sum(1)
         sign = self.sign.to(size.device)
@@ -76,16 +76,18 @@ class TiedTokens:
 
     def fill(self, entropies: torch.Tensor) -> None:
         rows = self.sign != 0
+        if not rows.any():
+            return
         shaped = entropy_shaped_advantages(self.sign, entropies, self.loss_mask, self.scale)
         self.advantages[rows] = shaped[rows].to(self.advantages.dtype)
 
 
-def metrics_of_advantage_sizes(sizes: torch.Tensor) -> dict[str, float]:
-    """Mean |advantage| per loss token of each kind of row from ``TiedTokens.advantage_sizes`` (summed over ranks);
-    a kind no rank has is left out."""
+def abs_advantage_means(sums: torch.Tensor) -> dict[str, float]:
+    """Mean |advantage| per loss token of each kind of row from ``TiedTokens.abs_advantage_sums`` (summed over
+    ranks); a kind no rank has is left out."""
     return {
         f"zero_std/{kind}_adv_abs_mean": float(size / tokens)
-        for kind, (size, tokens) in zip(ADVANTAGE_SIZE_KINDS, sizes.tolist(), strict=True)
+        for kind, (size, tokens) in zip(ABS_ADVANTAGE_KINDS, sums.tolist(), strict=True)
         if tokens > 0
     }
 
@@ -99,12 +101,12 @@ class LossCall:
     fill_logps: torch.Tensor
     tied: TiedTokens | None = None
 
-    def advantage_size_metrics(self, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
-        """``metrics_of_advantage_sizes`` of the tied tokens once the loss ran, their sums added over ranks by
-        ``sum_over_ranks`` (a collective: every rank has tied tokens under ``tied_group_signal``); none without."""
+    def tied_metrics(self, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        """``abs_advantage_means`` once the loss ran, the sums added over ranks by ``sum_over_ranks`` (a collective:
+        every rank has ``tied`` under ``tied_group_signal``); none without it."""
         if self.tied is None:
             return {}
-        return metrics_of_advantage_sizes(sum_over_ranks(self.tied.advantage_sizes(self.rows.policy)))
+        return abs_advantage_means(sum_over_ranks(self.tied.abs_advantage_sums(self.rows.policy)))
 
 
 def mark_rows(output: dict, role: torch.Tensor, advantages: torch.Tensor, tied_sign: torch.Tensor) -> torch.Tensor:
@@ -140,9 +142,11 @@ def loss_call(
     fill = inputs.get("old_per_token_logps")
     fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
     tied = None
-    if settings.tied_group_signal != "none":
-        advantages = inputs["advantages"].unsqueeze(1).expand_as(fill).clone()
-        inputs["advantages"] = advantages
+    if settings.tied_group_signal != "none":  # on every rank: its metrics are summed over ranks
+        advantages = inputs["advantages"].unsqueeze(1).expand_as(fill)
+        if tied_sign[kept].any():  # TRL's loss reads (B, T) advantages only where a row is shaped
+            advantages = advantages.clone()
+            inputs["advantages"] = advantages
         tied = TiedTokens(tied_sign[kept], base_loss_mask[kept], settings.tied_group_scale, advantages)
     return inputs, LossCall(rows=rows, fill_logps=fill, tied=tied), base_loss_mask[kept]
 
@@ -168,7 +172,7 @@ def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logi
         entropies = place(torch.zeros_like(call.fill_logps), torch.where(kl_only, entropies.detach(), entropies))
         if call.tied is not None:
             call.tied.fill(entropies)
-    elif call.tied is not None and call.tied.sign.any():
+    elif call.tied is not None:
         raise RuntimeError("Tied groups' entropy-shaped advantages need the loss forward's entropies: TRL 1.16 asks.")
     if aux_loss is not None and len(forwarded) == 0:
         aux_loss = 0.0 * aux_loss
