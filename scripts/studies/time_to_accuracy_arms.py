@@ -145,6 +145,13 @@ add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # trains the tied groups in full, which keep_failed's KL term on the failed ones is a part of
 add(*(Arm(f"zvp{suffix}", (*ENTROPY_SIGNAL, "--tied_group_scale", scale)) for suffix, scale in ZVP_SCALES.items()))
 add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
+# Do dynamic sampling and prompt skipping still pay once tied groups teach? Both take away what the rule learns from
+add(
+    *(
+        ARMS[arm].variant("-zvp-a02", *ENTROPY_SIGNAL, "--tied_group_scale", "0.2")
+        for arm in ("dynamic", "skip-rate-prior")
+    )
+)
 # The calibrated rule over skipping (it reads skipping's estimate, with the prior by level) at scale 1, and with the
 # estimate kept but nothing skipped (a draw floor of 1 draws every prompt): retired, their records kept
 CALIBRATED_ONE = (*CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")
