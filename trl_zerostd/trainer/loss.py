@@ -129,8 +129,8 @@ def loss_call(
 ) -> tuple[dict, LossCall, torch.Tensor]:
     """A micro-batch (``inputs``, TRL's with ``mark_rows``'s keys) for TRL's loss under ``settings`` (its
     ``zero_std_normalization``): its rows (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs,
-    every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Under
-    ``tied_group_signal`` the advantages are ``(B', T)``, the tied rows' filled at the policy forward (``TiedTokens``,
+    every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Where a row trains on
+    its group's tie the advantages are ``(B', T)``, the tied rows' filled at the policy forward (``TiedTokens``,
     ``tied_group_scale``)."""
     normalization, inputs = settings.zero_std_normalization, dict(inputs)
     role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
