@@ -37,6 +37,13 @@ def tied_batch(trainer, informative=INFORMATIVE):
     return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + informative)
 
 
+def shape_tied_rows(advantages: torch.Tensor, entropy: torch.Tensor, scale: float) -> None:
+    """RL-ZVP's token advantages written into rows 0-3 (all wrong: -scale * (max_k H(k) - H(t))) and 4-7 (all right:
+    +scale * H(t)) of the ``(B, T)`` ``advantages``, from the ``(B, T)`` entropy over the loss tokens (0 elsewhere)."""
+    advantages[4:8] = scale * entropy[4:8]
+    advantages[:4] = -scale * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
+
+
 def hand_loss(
     trainer, batch, loss_type: str, tied_scale: float, rewards=REWARDS, normalization="keep"
 ) -> torch.Tensor:  # fmt: skip
@@ -67,8 +74,7 @@ def hand_loss(
     informative = rewards[8:][scored[8:]]
     advantages = torch.zeros_like(mask)
     advantages[8:][scored[8:]] = ((informative - informative.mean()) / (informative.std() + 1e-4)).unsqueeze(1)
-    advantages[4:8] = tied_scale * entropy[4:8]
-    advantages[:4] = -tied_scale * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
+    shape_tied_rows(advantages, entropy, tied_scale)
     ratio = torch.exp(logps - logps.detach())
     kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
     per_token = -ratio * advantages + BETA * ratio * kl
@@ -122,8 +128,7 @@ def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_traine
         )
     entropy = entropy * base_batch["completion_mask"]
     advantages = base_batch["advantages"].unsqueeze(1).expand_as(entropy).clone()
-    advantages[4:8] = SCALE * entropy[4:8]
-    advantages[:4] = -SCALE * (entropy[:4].amax(dim=1, keepdim=True) - entropy[:4])
+    shape_tied_rows(advantages, entropy, SCALE)
     base_batch["advantages"] = advantages
     ours_loss, ours_grads = loss_and_grads(ours, dict(batch))
     base_loss, base_grads = loss_and_grads(base, base_batch)
