@@ -23,6 +23,7 @@ import yaml
 if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py): scripts/ holds demo/ and studies/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from demo.real_model import smollm2_folder
 from studies.time_to_accuracy import TimeToAccuracyArguments, main
 
 CONFIG = "scripts/configs/smollm2_chat_arith.yaml"
@@ -80,4 +81,6 @@ if __name__ == "__main__":
     from trl import TrlParser
 
     (parsed,) = TrlParser((RealTimeToAccuracyArguments,)).parse_args_and_config()
+    if not parsed.report_only:
+        smollm2_folder(TASK["model_name_or_path"])  # converted from the GGUF file once, before the runs read it
     main(parsed)

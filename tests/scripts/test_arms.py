@@ -71,3 +71,26 @@ def test_every_arm_s_values_are_the_package_s_unless_retired():
         values = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=False)}
         refused = {field for field, value in values.items() if field in allowed and value not in allowed[field]}
         assert bool(refused) == bool(arm.retired_at), (name, refused)
+
+
+def test_a_run_of_one_arm_is_reported_beside_base_trl_s_records_of_its_seeds(tmp_path, monkeypatch, capsys):
+    """``--arms zvp-a02 --seeds 4`` reports the arm against TRL's cached run of seed 4 (every figure is against it);
+    with no TRL record of the seeds it says so instead of failing inside the tables."""
+    import shutil
+
+    import studies.time_to_accuracy as study
+    from studies.time_to_accuracy_real import RealTimeToAccuracyArguments
+
+    for name in ("trl-seed4.json", "zvp-a02-seed4.json"):
+        shutil.copy(f"docs/results/time_to_accuracy_real/runs/{name}", tmp_path / name)
+    reported = []
+    monkeypatch.setattr(study, "run_all", lambda jobs, processes: None)  # both runs are cached
+    monkeypatch.setattr(study, "report", lambda records, args, summarise, plot: reported.append(records))
+    args = RealTimeToAccuracyArguments(arms=["zvp-a02"], seeds=[4], runs_dir=str(tmp_path))
+    study.main(args)
+    assert [(r["arm"], r["seed"]) for r in reported[0]] == [("trl", 4), ("zvp-a02", 4)]
+    assert study.summarise(reported[0], args).count("| zvp-a02 |") >= 1
+    (tmp_path / "trl-seed4.json").unlink()
+    study.main(RealTimeToAccuracyArguments(arms=["zvp-a02"], seeds=[4], runs_dir=str(tmp_path)))
+    assert len(reported) == 1
+    assert "has no base TRL record of seeds [4] (run them with --arms trl)" in capsys.readouterr().out
