@@ -7,6 +7,7 @@ those paired differences.
     python scripts/studies/accuracy_at_budget.py                    # the real-model study's arms, from their records
     python scripts/studies/accuracy_at_budget.py --runs_dir DIR --arms trl keep_failed --seeds 0 1 2 --table out.md
     python scripts/studies/accuracy_at_budget.py --tokens generated_tokens completion_tokens prompt_once_tokens
+    python scripts/studies/accuracy_at_budget.py --arms zvp-a02 --against keep_failed    # which of two arms is ahead
 
 Tokens are counted three ways (``--tokens``, one table each): every generated sequence's prompt and completion
 tokens (``generated_tokens``, TRL's ``num_tokens``), completion tokens alone, and completions plus each prompt once per
@@ -37,12 +38,14 @@ NORMAL_90 = 1.2816
 LABELS = {
     "trl": "base TRL",
     "keep_failed": '`zero_std_kl="keep_failed"`',
+    "zvp-a02": '`tied_group_signal="entropy"`, scale 0.2',
     "skip-rate-prior": "prompt skipping, level prior",
     "dynamic": "dynamic sampling",
     "skip-rate-prior-f02-mu2-x2-lr05": "skipping, `num_iterations=2`, 2x steps, half the rate",
     "keep_failed-g4": "`keep_failed`, `num_generations=4`",
     "cgrpo-g8": "the peer `trl-cgrpo`, grid 2, 4, 8",
 }
+README_ARMS = ["trl", "keep_failed", "zvp-a02", "skip-rate-prior", "dynamic", "keep_failed-g4", "cgrpo-g8"]
 TOKEN_LABELS = {
     "generated_tokens": "tokens as TRL counts them (prompt and completion of every row)",
     "completion_tokens": "completion tokens only",
@@ -54,12 +57,18 @@ TOKEN_LABELS = {
 class AccuracyAtBudgetArguments:
     runs_dir: str = field(default="docs/results/time_to_accuracy_real/runs")
     arms: list[str] = field(
-        default_factory=lambda: ["trl", "keep_failed", "skip-rate-prior", "dynamic", "keep_failed-g4", "cgrpo-g8"]
+        default_factory=lambda: list(README_ARMS), metadata={"help": "Default: the README's table."}
     )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     fractions: list[float] = field(default_factory=lambda: [1 / 3, 0.5, 1.0], metadata={"help": "Of TRL's tokens."})
     tokens: list[str] = field(
         default_factory=lambda: ["generated_tokens"], metadata={"help": f"Token counts, of {list(TOKEN_LABELS)}."}
+    )
+    against: str | None = field(
+        default=None,
+        metadata={
+            "help": "An arm to pair with instead of TRL's final: each arm's accuracy minus its, at each budget."
+        },
     )
     table: str | None = field(default=None, metadata={"help": "Where to write the Markdown table (default: print)."})
 
@@ -72,18 +81,26 @@ def lower_bound(values: list[float]) -> float:
     return statistics.fmean(values) - t * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def paired_gains(records: list[dict], trl: list[dict], fraction: float) -> list[float]:
-    """Per seed (``records`` and ``trl`` in seed order): held-out accuracy at ``fraction`` of TRL's run tokens minus
-    TRL's final accuracy."""
-    return [accuracy_at_tokens(r, fraction * run_tokens(t)) - final_reward(t) for r, t in zip(records, trl)]
+def paired_gains(
+    records: list[dict], trl: list[dict], fraction: float, others: list[dict] | None = None
+) -> list[float]:
+    """Per seed (every list in seed order): held-out accuracy at ``fraction`` of TRL's run tokens minus TRL's final
+    accuracy, or, given ``others`` (another arm's records), minus that arm's accuracy at the same tokens."""
+    budgets = [fraction * run_tokens(t) for t in trl]
+    if others is None:
+        references = [final_reward(t) for t in trl]
+    else:
+        references = [accuracy_at_tokens(o, budget) for o, budget in zip(others, budgets)]
+    return [accuracy_at_tokens(r, budget) - ref for r, budget, ref in zip(records, budgets, references)]
 
 
 def summary(values: list[float]) -> str:
-    """``mean ± sd (lower bound)`` of paired differences, as the tables print them."""
+    """``mean ± sd (lower bound)`` of paired differences, as the tables print them; one seed's difference alone."""
     if not values:
         return ""
-    sd = statistics.stdev(values) if len(values) > 1 else math.nan
-    return f"{statistics.fmean(values):+.3f} ± {sd:.3f} ({lower_bound(values):+.3f})"
+    if len(values) == 1:
+        return f"{values[0]:+.3f}"
+    return f"{statistics.fmean(values):+.3f} ± {statistics.stdev(values):.3f} ({lower_bound(values):+.3f})"
 
 
 def fraction_label(fraction: float) -> str:
@@ -98,29 +115,31 @@ def counted_by(record: dict | None, tokens: str) -> dict | None:
 
 
 def table(args: AccuracyAtBudgetArguments, tokens: str = "generated_tokens") -> str:
-    """One row per arm with records on every seed that TRL has: its paired differences at each fraction, in
-    ``tokens``."""
+    """One row per arm, over the seeds where it, TRL and ``--against`` have records: its paired differences at each
+    fraction, in ``tokens``."""
     folder = Path(args.runs_dir)
 
     def record(arm: str, seed: int) -> dict | None:
         path = folder / f"{arm}-seed{seed}.json"
         return counted_by(json.loads(path.read_text()), tokens) if path.exists() else None
 
-    trl = {seed: record("trl", seed) for seed in args.seeds}
     header = " | ".join(f"at {fraction_label(f)} of TRL's tokens" for f in args.fractions)
+    minus = f"{LABELS.get(args.against, args.against)}'s at the same tokens" if args.against else "base TRL's final"
     lines = [
-        f"Held-out accuracy minus base TRL's final, paired by seed: mean ± sd (one-sided 90% lower bound); "
+        f"Held-out accuracy minus {minus}, paired by seed: mean ± sd (one-sided 90% lower bound); "
         f"{TOKEN_LABELS.get(tokens, tokens)}. Records: `{args.runs_dir}`.",
         "",
         f"| arm (seeds) | {header} |",
         "|---|" + "---|" * len(args.fractions),
     ]
-    for arm in args.arms:
-        seeds = [s for s in args.seeds if trl[s] is not None and record(arm, s) is not None]
+    needed = ["trl", *([args.against] if args.against else [])]
+    for arm in (arm for arm in args.arms if arm != args.against):
+        seeds = [s for s in args.seeds if all(record(name, s) is not None for name in (arm, *needed))]
         if not seeds:
             continue
-        runs, baselines = [record(arm, s) for s in seeds], [trl[s] for s in seeds]
-        cells = [summary(paired_gains(runs, baselines, f)) for f in args.fractions]  # type: ignore[arg-type]
+        runs, baselines = [record(arm, s) for s in seeds], [record("trl", s) for s in seeds]
+        others = [record(args.against, s) for s in seeds] if args.against else None
+        cells = [summary(paired_gains(runs, baselines, f, others)) for f in args.fractions]  # type: ignore[arg-type]
         named = ", ".join(str(s) for s in seeds)
         lines.append(f"| {LABELS.get(arm, arm)} ({named}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)

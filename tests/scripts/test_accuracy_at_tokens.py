@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from studies.accuracy_at_budget import lower_bound, paired_gains
+from studies.accuracy_at_budget import lower_bound, paired_gains, summary
 from studies.time_to_accuracy_metrics import accuracy_at_tokens, run_tokens
 
 
@@ -33,6 +33,17 @@ def test_paired_gains_and_their_lower_bound():
     assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4, 0.2 - 0.4])  # 0.2: halfway to 0.3 in tokens
     assert lower_bound([0.1, 0.2, 0.3]) == pytest.approx(0.2 - 1.886 * 0.1 / 3**0.5)
     assert math.isnan(lower_bound([0.1]))
+    assert summary([0.1, 0.2, 0.3]) == f"+0.200 ± 0.100 ({0.2 - 1.886 * 0.1 / 3**0.5:+.3f})"
+    assert summary([-0.1]) == "-0.100"  # one seed: its difference, no spread
+
+
+def test_paired_against_another_arm_subtracts_its_accuracy_at_the_same_tokens():
+    """At half of TRL's 400 tokens (200): the arm has 0.6, the other arm 0.1 + (0.5 - 0.1) * 200 / 400 = 0.3."""
+    trl = [record([100, 100, 100, 100], [[0, 0.1], [2, 0.3], [4, 0.5]])]
+    ours = [record([100] * 4, [[0, 0.1], [2, 0.6], [4, 0.6]])]
+    other = [record([200] * 4, [[0, 0.1], [2, 0.5], [4, 0.9]])]
+    assert paired_gains(ours, trl, 0.5, other) == pytest.approx([0.6 - 0.3])
+    assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4])  # without it: TRL's final
 
 
 def test_tokens_counted_another_way_move_the_budget_and_a_record_without_them_is_left_out():
