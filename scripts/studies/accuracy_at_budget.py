@@ -2,7 +2,8 @@
 read by. For each arm and seed, the held-out accuracy after a fraction of base TRL's run tokens on that seed
 (interpolated in tokens between evaluations; a run that ends sooner keeps its last evaluation) minus TRL's final
 accuracy (the mean of its last two evaluations); per arm, the mean, sd and one-sided 90% lower bound (Student's t) of
-those paired differences.
+those paired differences. With ``--against ARM`` the difference is against that arm's accuracy after the same
+number of tokens instead: which of two arms is ahead at each budget.
 
     python scripts/studies/accuracy_at_budget.py                    # the real-model study's arms, from their records
     python scripts/studies/accuracy_at_budget.py --runs_dir DIR --arms trl keep_failed --seeds 0 1 2 --table out.md
@@ -67,7 +68,7 @@ class AccuracyAtBudgetArguments:
     against: str | None = field(
         default=None,
         metadata={
-            "help": "An arm to pair with instead of TRL's final: each arm's accuracy minus its, at each budget."
+            "help": "Pair each arm with this one instead of TRL's final: their accuracies after the same tokens."
         },
     )
     table: str | None = field(default=None, metadata={"help": "Where to write the Markdown table (default: print)."})

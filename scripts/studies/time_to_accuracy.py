@@ -165,20 +165,22 @@ def jobs(args: TimeToAccuracyArguments) -> list[tuple]:
 
 def main(args: TimeToAccuracyArguments) -> None:
     """Run the arms' missing records, then report them beside base TRL's records of the same seeds (every figure is
-    against TRL's run of the seed); with ``--report_only``, report ``--report_arms`` from the records alone."""
+    against TRL's run of the seed); with ``--report_only``, report ``--report_arms`` from the records alone. The
+    report goes to ``--table`` and ``--plot``: point them elsewhere for a run of a few seeds."""
     if args.report_only:
         args.arms = args.report_arms or args.arms
     else:
         run_all(jobs(args), args.jobs)
-        args.arms = list(dict.fromkeys(["trl", *args.arms]))
+    args.arms = list(dict.fromkeys(["trl", *args.arms]))
     paths = [record_path(args, arm, seed) for seed in args.seeds for arm in args.arms]
     records = [json.loads(path.read_text()) for path in paths if path.exists()]
     args.arms = [arm for arm in args.arms if any(r["arm"] == arm for r in records)]
-    asked, args.seeds = args.seeds, sorted({r["seed"] for r in records if r["arm"] == "trl"})
-    if not args.seeds:
-        print(f"No report: {args.runs_dir} has no base TRL record of seeds {asked} (run them with --arms trl).")
+    with_trl = {r["seed"] for r in records if r["arm"] == "trl"}
+    if not with_trl:
+        print(f"No report: {args.runs_dir} has no base TRL record of seeds {args.seeds} (run them with --arms trl).")
         return
-    records = [r for r in records if r["seed"] in args.seeds]
+    args.seeds = [seed for seed in args.seeds if seed in with_trl]
+    records = [r for r in records if r["seed"] in with_trl]
     report(records, args, summarise, plot)
 
 

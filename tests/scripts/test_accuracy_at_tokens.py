@@ -38,12 +38,14 @@ def test_paired_gains_and_their_lower_bound():
 
 
 def test_paired_against_another_arm_subtracts_its_accuracy_at_the_same_tokens():
-    """At half of TRL's 400 tokens (200): the arm has 0.6, the other arm 0.1 + (0.5 - 0.1) * 200 / 400 = 0.3."""
-    trl = [record([100, 100, 100, 100], [[0, 0.1], [2, 0.3], [4, 0.5]])]
-    ours = [record([100] * 4, [[0, 0.1], [2, 0.6], [4, 0.6]])]
-    other = [record([200] * 4, [[0, 0.1], [2, 0.5], [4, 0.9]])]
-    assert paired_gains(ours, trl, 0.5, other) == pytest.approx([0.6 - 0.3])
-    assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4])  # without it: TRL's final
+    """At half of TRL's 400 tokens (200), budgets by TRL's tokens on each seed: seed 0's arm has 0.6 at 200 of its
+    400, the other arm 0.1 + (0.5 - 0.1) * 200 / 400 = 0.3; seed 1's arm is past its 100-token end at 0.2, the other
+    arm at 0.4."""
+    trl = [record([100] * 4, [[0, 0.1], [2, 0.3], [4, 0.5]]), record([100] * 4, [[0, 0.1], [4, 0.2]])]
+    ours = [record([100] * 4, [[0, 0.1], [2, 0.6], [4, 0.6]]), record([25] * 4, [[0, 0.1], [4, 0.2]])]
+    other = [record([200] * 4, [[0, 0.1], [2, 0.5], [4, 0.9]]), record([50] * 4, [[0, 0.1], [4, 0.4]])]
+    assert paired_gains(ours, trl, 0.5, other) == pytest.approx([0.6 - 0.3, 0.2 - 0.4])
+    assert paired_gains(ours, trl, 0.5) == pytest.approx([0.6 - 0.4, 0.2 - 0.15])  # without it: TRL's final
 
 
 def test_tokens_counted_another_way_move_the_budget_and_a_record_without_them_is_left_out():

@@ -74,8 +74,9 @@ def test_every_arm_s_values_are_the_package_s_unless_retired():
 
 
 def test_a_run_of_one_arm_is_reported_beside_base_trl_s_records_of_its_seeds(tmp_path, monkeypatch, capsys):
-    """``--arms zvp-a02 --seeds 4`` reports the arm against TRL's cached run of seed 4 (every figure is against it);
-    with no TRL record of the seeds it says so instead of failing inside the tables."""
+    """``--arms zvp-a02 --seeds 4`` runs that arm alone and reports it against TRL's cached run of seed 4 (every figure
+    is against it), as ``--report_only`` does; with no TRL record of the seeds it says so instead of failing inside the
+    tables."""
     import shutil
 
     import studies.time_to_accuracy as study
@@ -83,14 +84,15 @@ def test_a_run_of_one_arm_is_reported_beside_base_trl_s_records_of_its_seeds(tmp
 
     for name in ("trl-seed4.json", "zvp-a02-seed4.json"):
         shutil.copy(f"docs/results/time_to_accuracy_real/runs/{name}", tmp_path / name)
-    reported = []
-    monkeypatch.setattr(study, "run_all", lambda jobs, processes: None)  # both runs are cached
+    ran, reported = [], []
+    monkeypatch.setattr(study, "run_all", lambda jobs, processes: ran.extend(job[0] for job in jobs))  # both cached
     monkeypatch.setattr(study, "report", lambda records, args, summarise, plot: reported.append(records))
-    args = RealTimeToAccuracyArguments(arms=["zvp-a02"], seeds=[4], runs_dir=str(tmp_path))
-    study.main(args)
-    assert [(r["arm"], r["seed"]) for r in reported[0]] == [("trl", 4), ("zvp-a02", 4)]
-    assert study.summarise(reported[0], args).count("| zvp-a02 |") >= 1
+    where = dict(seeds=[4], runs_dir=str(tmp_path))
+    study.main(RealTimeToAccuracyArguments(arms=["zvp-a02"], **where))
+    study.main(RealTimeToAccuracyArguments(report_only=True, report_arms=["zvp-a02"], **where))
+    assert ran == ["zvp-a02"]
+    assert [[(r["arm"], r["seed"]) for r in records] for records in reported] == [[("trl", 4), ("zvp-a02", 4)]] * 2
     (tmp_path / "trl-seed4.json").unlink()
-    study.main(RealTimeToAccuracyArguments(arms=["zvp-a02"], seeds=[4], runs_dir=str(tmp_path)))
-    assert len(reported) == 1
+    study.main(RealTimeToAccuracyArguments(arms=["zvp-a02"], **where))
+    assert len(reported) == 2
     assert "has no base TRL record of seeds [4] (run them with --arms trl)" in capsys.readouterr().out

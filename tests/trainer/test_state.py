@@ -24,7 +24,7 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
         "zero_std_kl": "keep_failed", "dynamic_sampling": False, "dynamic_sampling_max_rounds": 3,
         "skip_zero_std_prompts": False, "skip_min_draw_prob": 0.1, "skip_history_key": "level",
         "skip_prior_key": "level", "zero_std_reward_funcs": ["answer"], "tied_group_signal": "none",
-        "tied_group_scale": 0.2,
+        "tied_group_scale": 0.5,
     }  # fmt: skip
     assert set(other_values) == set(config.ZERO_STD_FIELDS)
     built(**base).save(str(tmp_path))
