@@ -20,6 +20,7 @@ Reads the run records the studies write (``scripts/studies/runs.py``); runs noth
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -120,6 +121,7 @@ def table(args: AccuracyAtBudgetArguments, tokens: str = "generated_tokens") -> 
     fraction, in ``tokens``."""
     folder = Path(args.runs_dir)
 
+    @functools.cache
     def record(arm: str, seed: int) -> dict | None:
         path = folder / f"{arm}-seed{seed}.json"
         return counted_by(json.loads(path.read_text()), tokens) if path.exists() else None
