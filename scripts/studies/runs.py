@@ -182,13 +182,24 @@ def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ())
 
 def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
     """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar, through
-    ``worker`` (a module-level function of one job; default ``run_one``)."""
+    ``worker`` (a module-level function of one job; default ``run_one``). A worker killed from outside (the kernel's
+    out-of-memory killer) stops the study with an error instead of leaving it waiting for that job forever."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     from tqdm.auto import tqdm
 
     for job in jobs:
         Path(job[-1]).parent.mkdir(parents=True, exist_ok=True)
-    with multiprocessing.get_context("spawn").Pool(processes, maxtasksperchild=1) as pool:
-        return list(tqdm(pool.imap(worker or run_one, jobs), total=len(jobs), desc="runs"))
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(processes, mp_context=spawn, max_tasks_per_child=1) as pool:
+        try:
+            return list(tqdm(pool.map(worker or run_one, jobs), total=len(jobs), desc="runs"))
+        except BrokenProcessPool as error:
+            raise RuntimeError(
+                f"a run's process died without an error of its own (killed, often for memory; {processes} at a time "
+                "here): lower --jobs and run the same command again; the finished runs are cached"
+            ) from error
 
 
 def report(records: list[dict], args, summarise, plot) -> None:
