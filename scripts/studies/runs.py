@@ -183,7 +183,8 @@ def seed_arm_jobs(args, arm_flags: dict[str, list[str]], common: list[str] = ())
 def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
     """Run ``jobs`` (see ``run_one``) ``processes`` at a time, each in a fresh process, with a progress bar, through
     ``worker`` (a module-level function of one job; default ``run_one``). A worker killed from outside (the kernel's
-    out-of-memory killer) stops the study with an error instead of leaving it waiting for that job forever."""
+    out-of-memory killer) stops the study at once with an error, instead of leaving it waiting for that job forever;
+    an error raised inside a run surfaces once the runs already started have finished (and cached their records)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
@@ -192,6 +193,7 @@ def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
     for job in jobs:
         Path(job[-1]).parent.mkdir(parents=True, exist_ok=True)
     spawn = multiprocessing.get_context("spawn")
+    # max_tasks_per_child=1: a fresh process per run (on Python 3.11 a value above 1 can hang: CPython gh-115634)
     with ProcessPoolExecutor(processes, mp_context=spawn, max_tasks_per_child=1) as pool:
         try:
             return list(tqdm(pool.map(worker or run_one, jobs), total=len(jobs), desc="runs"))
