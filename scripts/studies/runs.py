@@ -200,7 +200,7 @@ def run_all(jobs: list[tuple], processes: int, worker=None) -> list[dict]:
         except BrokenProcessPool as error:
             raise RuntimeError(
                 f"a run's process died without an error of its own (killed, often for memory; {processes} at a time "
-                "here): lower --jobs and run the same command again; the finished runs are cached"
+                "here): lower --jobs and run the same command again (runs that finished keep their records)"
             ) from error
 
 
