@@ -40,7 +40,7 @@ NORMAL_90 = 1.2816
 LABELS = {
     "trl": "base TRL",
     "keep_failed": '`zero_std_kl="keep_failed"`',
-    "zvp-a02": '`tied_group_signal="entropy"`, scale 0.2',
+    "zvp-a02": "`tied_group_entropy_scale=0.2`",
     "skip-rate-prior": "prompt skipping, level prior",
     "dynamic": "dynamic sampling",
     "skip-rate-prior-f02-mu2-x2-lr05": "skipping, `num_iterations=2`, 2x steps, half the rate",

@@ -27,8 +27,9 @@ RECORDED = {  # record key -> logged metric (absent metrics give None); a tuple:
     "informative_group_frac": "dynamic_sampling/informative_group_frac",
     "skipped_frac": "prompt_skip/skipped_frac",
     "completions_per_prompt": "cgrpo/mean_k",  # the peer's (scripts/studies/peer_cgrpo.py) conformal budgets
-    # tied_group_signal: the share of groups that train on their tie; mean |advantage| per loss token of their rows
-    # (all, all-right, all-wrong) and of the informative rows (per row in the records of the retired calibrated arms)
+    # tied_group_entropy_scale: the share of groups that train on their tie; mean |advantage| per loss token of their
+    # rows (all, all-right, all-wrong) and of the informative rows (per row in the records of the retired calibrated
+    # arms)
     "tied_trained_group_frac": "zero_std/tied_trained_group_frac",
     "tied_adv_abs": "zero_std/tied_adv_abs_mean",
     "tied_high_adv_abs": "zero_std/tied_high_adv_abs_mean",

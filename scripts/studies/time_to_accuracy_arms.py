@@ -68,9 +68,10 @@ LOW_FLOOR = ("--skip_min_draw_prob", "0.02")  # a prompt predicted zero-variance
 KEEP_FAILED = ("--zero_std_kl", "keep_failed")
 REUSE = ("--num_iterations", "2")  # TRL's num_iterations=2 (GRPO's mu)
 LR_SCALES = {"-lr05": 0.5, "-lr2": 2.0}
-ENTROPY_SIGNAL = ("--tied_group_signal", "entropy")  # RL-ZVP: tied groups train on entropy-shaped advantages
-ZVP_SCALES = {"-a005": "0.05", "-a01": "0.1", "-a02": "0.2", "-a04": "0.4"}  # its tied_group_scale
-# the commit that keeps tied_group_signal="calibrated", which paid nowhere (docs/studies/tied_groups.md)
+ENTROPY_SCALE = "--tied_group_entropy_scale"  # RL-ZVP: tied groups train on entropy-shaped advantages at this scale
+ZVP_SCALES = {"-a005": "0.05", "-a01": "0.1", "-a02": "0.2", "-a04": "0.4"}
+# the commit that keeps tied_group_signal="calibrated", which paid nowhere (docs/studies/tied_groups.md); its fields
+# there were tied_group_signal and tied_group_scale
 CALIBRATED_COMMIT = "92928d9"
 CALIBRATED_SIGNAL = ("--tied_group_signal", "calibrated")  # tied groups against the prompt's success-rate estimate
 ARMS: dict[str, Arm] = {}
@@ -143,15 +144,10 @@ for arm in ("trl", "keep_failed"):
 add(ARMS["trl"].variant("-g2", *groups_of(2), setting=True))
 # Tied groups that learn (docs/studies/tied_groups.md): RL-ZVP's entropy-shaped advantages at each scale; "zvp" alone
 # trains the tied groups in full, which keep_failed's KL term on the failed ones is a part of
-add(*(Arm(f"zvp{suffix}", (*ENTROPY_SIGNAL, "--tied_group_scale", scale)) for suffix, scale in ZVP_SCALES.items()))
+add(*(Arm(f"zvp{suffix}", (ENTROPY_SCALE, scale)) for suffix, scale in ZVP_SCALES.items()))
 add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
 # Do dynamic sampling and prompt skipping still pay once tied groups teach? Both take away what the rule learns from
-add(
-    *(
-        ARMS[arm].variant("-zvp-a02", *ENTROPY_SIGNAL, "--tied_group_scale", "0.2")
-        for arm in ("dynamic", "skip-rate-prior")
-    )
-)
+add(*(ARMS[arm].variant("-zvp-a02", ENTROPY_SCALE, "0.2") for arm in ("dynamic", "skip-rate-prior")))
 # The calibrated rule over skipping (it reads skipping's estimate, with the prior by level) at scale 1, and with the
 # estimate kept but nothing skipped (a draw floor of 1 draws every prompt): retired, their records kept
 CALIBRATED_ONE = (*CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")

@@ -13,7 +13,7 @@ checksums before and after, and rank 0's logs. Scenarios:
   ``skipping_streaming`` the same over a streaming dataset (histories keyed by hashed prompts);
 - ``skipping_alone``: prompt skipping without dynamic sampling (a skipped prompt's place goes to the next prompt
   drawn), six steps;
-- ``entropy``: ``masking``'s batch with ``tied_group_signal="entropy"`` (the tied group trains on RL-ZVP's token
+- ``entropy``: ``masking``'s batch with ``tied_group_entropy_scale=0.2`` (the tied group trains on RL-ZVP's token
   advantages), two steps.
 
 Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base]
@@ -77,7 +77,7 @@ SCENARIOS = {
 # the train set as an IterableDataset: histories keyed by hashed prompts
 SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
 # "1+1=" always right trains on its tie: entropy-shaped token advantages at the loss
-SCENARIOS["entropy"] = {**SCENARIOS["masking"], "config": {"tied_group_signal": "entropy", "max_steps": 2}}
+SCENARIOS["entropy"] = {**SCENARIOS["masking"], "config": {"tied_group_entropy_scale": 0.2, "max_steps": 2}}
 
 
 def completions_for(prompts):

@@ -39,7 +39,7 @@ SETTINGS = {
     "ours-streaming": OURS,
     "ours-prior": {**OURS, "skip_prior_key": "prompt"},
     "ours-skipping": {"skip_zero_std_prompts": True, "skip_prior_key": "prompt", "zero_std_kl": "keep_failed"},
-    "ours-entropy": {"tied_group_signal": "entropy"},
+    "ours-entropy": {"tied_group_entropy_scale": 0.2},
     "base": {},
 }
 

@@ -58,5 +58,5 @@ def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, t
             assert all(step["dynamic_sampling/rounds"] >= 1 for step in after)
         if SETTINGS[kind].get("skip_zero_std_prompts"):
             assert sum(step["prompt_skip/skipped_frac"] for step in after) > 0
-        if SETTINGS[kind].get("tied_group_signal"):  # tied groups trained after the checkpoint
+        if SETTINGS[kind].get("tied_group_entropy_scale"):  # tied groups trained after the checkpoint
             assert sum(step["zero_std/tied_trained_group_frac"] for step in after) > 0

@@ -7,7 +7,7 @@ first test shows. The others set ``ZEROSTD_TEST_CPU_FSDP=1``, which makes the wo
 over gloo.
 
 The batch puts the tied group on one rank and the informative group on the other, so one rank forwards a single
-row at zero weight while the other trains (with ``tied_group_signal="entropy"``, the tied rank trains its rows on
+row at zero weight while the other trains (with ``tied_group_entropy_scale=0.2``, the tied rank trains its rows on
 their entropy-shaped advantages): FSDP's parameter gathers must stay in step. The run must finish within the
 timeout, and make the update of the DDP run on the same data.
 """

@@ -22,7 +22,10 @@ TRL_FLAGS = ("--per_device_train_batch_size", "--num_generations", "--num_iterat
 
 
 def test_no_arm_sets_a_field_the_package_lacks():
-    ours = [arm for arm, spec in ARMS.items() if not spec.trl and not arm.startswith("cgrpo")]  # the peer: its own
+    """Unless retired: a retired arm sets the fields of the commit that trains it."""
+    ours = [  # the peer: its own flags
+        arm for arm, spec in ARMS.items() if not spec.trl and not spec.retired_at and not arm.startswith("cgrpo")
+    ]
     flags = {(arm, flag) for arm in ours for flag in arm_flags(arm, STUDY)[::2]}  # ours are --flag value pairs
     assert not {
         (arm, flag) for arm, flag in flags if flag.lstrip("-") not in ZERO_STD_FIELDS and flag not in TRL_FLAGS
@@ -64,12 +67,15 @@ def test_a_retired_arm_is_read_not_run(tmp_path):
 
 
 def test_every_arm_s_values_are_the_package_s_unless_retired():
-    """An arm that sets a value the package refuses is marked retired (its setting left the package)."""
+    """An arm that sets a value the package refuses, or a field it no longer has, is marked retired (its setting left
+    the package)."""
     allowed = allowed_values()
     for name, arm in ARMS.items():
         flags = arm_flags(name, STUDY)
         values = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=False)}
-        refused = {field for field, value in values.items() if field in allowed and value not in allowed[field]}
+        ours = not arm.trl and not name.startswith("cgrpo")  # the peer: its own flags
+        lacked = {field for field in values if ours and field not in ZERO_STD_FIELDS and f"--{field}" not in TRL_FLAGS}
+        refused = lacked | {field for field, value in values.items() if value not in allowed.get(field, (value,))}
         assert bool(refused) == bool(arm.retired_at), (name, refused)
 
 

@@ -17,7 +17,7 @@ FEATURES = {
     "dynamic": {"dynamic_sampling": True},
     "skipping": {"skip_zero_std_prompts": True},
     "dynamic_skipping": {"dynamic_sampling": True, "skip_zero_std_prompts": True},
-    "entropy": {"tied_group_signal": "entropy"},  # GRPO only
+    "entropy": {"tied_group_entropy_scale": 0.2},  # GRPO only
 }
 
 

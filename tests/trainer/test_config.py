@@ -25,7 +25,7 @@ def test_defaults(config_cls, tmp_path):
     ("field", "value"),
     [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("zero_std_atol", -1.0),
      ("zero_std_atol", float("nan")), ("dynamic_sampling_max_rounds", 0), ("zero_std_reward_funcs", "accuracy"),
-     ("tied_group_signal", "always"), ("tied_group_scale", 0.5)],
+     ("tied_group_entropy_scale", -0.1), ("tied_group_entropy_scale", float("nan"))],
 )  # fmt: skip
 def test_bad_values_name_the_field(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
@@ -36,7 +36,6 @@ def test_allowed_values_are_the_literal_types():
     assert allowed_values() == {
         "zero_std_normalization": ("keep", "exclude"),
         "zero_std_kl": ("mask", "keep_failed", "keep"),
-        "tied_group_signal": ("none", "entropy"),
     }
 
 
@@ -121,8 +120,9 @@ def test_flags_and_config_files_of_kept_fields_pass():
     refuse_removed_flags(["--skip_zero_std_prompts", "true", "--skip_min_draw_prob=0.1", "--max_steps", "3"])
 
 
-def test_tied_group_scale_must_be_positive_and_tied_groups_need_masking(tmp_path):
-    with pytest.raises(ValueError, match="tied_group_scale must be > 0"):
-        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_signal="entropy", tied_group_scale=0.0)
+def test_tied_group_entropy_scale_is_off_at_zero_and_tied_groups_need_masking(tmp_path):
+    with pytest.raises(ValueError, match=r"tied_group_entropy_scale must be >= 0 \(0 leaves tied groups masked\)"):
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_entropy_scale=-0.2)
     with pytest.raises(ValueError, match="set mask_zero_std_groups=True"):
-        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_signal="entropy", mask_zero_std_groups=False)
+        ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_entropy_scale=0.2, mask_zero_std_groups=False)
+    ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_entropy_scale=0.0, mask_zero_std_groups=False)

@@ -18,13 +18,12 @@ from trl_zerostd.trainer.state import SKIP_STATE_FILE, STATE_FILE, build_state
 
 def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_path):
     """Each field is classified: a per-batch one loads with a notice naming it, any other is refused naming it."""
-    base = dict(dynamic_sampling=True, skip_zero_std_prompts=True, tied_group_signal="entropy")
+    base = dict(dynamic_sampling=True, skip_zero_std_prompts=True, tied_group_entropy_scale=0.2)
     other_values = {
         "mask_zero_std_groups": False, "zero_std_atol": 0.5, "zero_std_normalization": "exclude",
         "zero_std_kl": "keep_failed", "dynamic_sampling": False, "dynamic_sampling_max_rounds": 3,
         "skip_zero_std_prompts": False, "skip_min_draw_prob": 0.1, "skip_history_key": "level",
-        "skip_prior_key": "level", "zero_std_reward_funcs": ["answer"], "tied_group_signal": "none",
-        "tied_group_scale": 0.5,
+        "skip_prior_key": "level", "zero_std_reward_funcs": ["answer"], "tied_group_entropy_scale": 0.0,
     }  # fmt: skip
     assert set(other_values) == set(config.ZERO_STD_FIELDS)
     built(**base).save(str(tmp_path))
@@ -40,8 +39,7 @@ def test_every_setting_either_may_change_on_resume_or_is_refused_by_name(tmp_pat
         "mask_zero_std_groups",
         "zero_std_normalization",
         "zero_std_kl",
-        "tied_group_signal",
-        "tied_group_scale",
+        "tied_group_entropy_scale",
     }
 
 

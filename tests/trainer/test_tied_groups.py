@@ -1,4 +1,4 @@
-"""``tied_group_signal``: ``"entropy"`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation
+"""``tied_group_entropy_scale`` (RL-ZVP's entropy-shaped advantages on tied groups) against a hand computation
 of its loss on a policy moved off the reference (the formula is written out here, from the model's logits); eval
 untouched."""
 
@@ -88,7 +88,7 @@ def hand_loss(
 def test_entropy_signal_gradient_is_the_hand_computed_one(make_trainer, loss_type):
     ours = make_trainer(
         beta=BETA, loss_type=loss_type, per_device_train_batch_size=12,
-        tied_group_signal="entropy", tied_group_scale=SCALE,
+        tied_group_entropy_scale=SCALE,
     )  # fmt: skip
     move_policy_away(ours.model)
     batch = tied_batch(ours)
@@ -113,7 +113,7 @@ def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_traine
     ``(B, T)`` entropy-shaped ones (TRL 1.16's loss takes token advantages): +scale * H(t) all right,
     -scale * (max_k H(k) - H(t)) all wrong, H the entropy of TRL's policy forward over the loss tokens."""
     config = dict(beta=BETA, loss_type=loss_type, per_device_train_batch_size=12)
-    ours = make_trainer(tied_group_signal="entropy", tied_group_scale=SCALE, **config)
+    ours = make_trainer(tied_group_entropy_scale=SCALE, **config)
     base = make_trainer(ours=False, **config)
     for trainer in (ours, base):
         move_policy_away(trainer.model)
@@ -144,7 +144,7 @@ def test_without_a_tied_group_the_signal_trains_and_logs_as_trl(make_trainer, le
     row is shaped."""
     prompts, completions = ["2+3=", "1+1="], INFORMATIVE + ["2", "9", "2 a", "1"]
     config = dict(beta=BETA, loss_type="grpo", importance_sampling_level=level)
-    ours = make_trainer(tied_group_signal="entropy", tied_group_scale=SCALE, **config)
+    ours = make_trainer(tied_group_entropy_scale=SCALE, **config)
     base = make_trainer(ours=False, **config)
     results = []
     for trainer in (ours, base):
@@ -168,7 +168,7 @@ def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_tra
     GRPO's loss (a mean over rows) and DAPO's (num_items_in_batch) are the normalisers the modes tell apart."""
     ours = make_trainer(
         beta=BETA, loss_type=loss_type, per_device_train_batch_size=12, reward_funcs=ANSWER_OR_NONE,
-        tied_group_signal="entropy", tied_group_scale=SCALE, zero_std_normalization=normalization,
+        tied_group_entropy_scale=SCALE, zero_std_normalization=normalization,
     )  # fmt: skip
     move_policy_away(ours.model)
     batch = tied_batch(ours, [UNSCORABLE, *INFORMATIVE[1:]])
@@ -186,7 +186,7 @@ def test_entropy_signal_beside_an_unscorable_row_under_both_normalisers(make_tra
 
 def test_informative_advantages_and_metrics(make_trainer):
     masked = make_trainer(beta=BETA, per_device_train_batch_size=12)
-    ours = make_trainer(beta=BETA, per_device_train_batch_size=12, tied_group_signal="entropy")
+    ours = make_trainer(beta=BETA, per_device_train_batch_size=12, tied_group_entropy_scale=0.2)
     ours_batch, masked_batch = tied_batch(ours), tied_batch(masked)
     assert torch.equal(ours_batch["advantages"], masked_batch["advantages"])
     assert ours._metrics["train"]["zero_std/tied_trained_group_frac"][-1] == pytest.approx(2 / 3)
@@ -199,8 +199,8 @@ def test_informative_advantages_and_metrics(make_trainer):
 
 
 def test_rloo_refuses_the_signal_naming_it(make_trainer):
-    with pytest.raises(ValueError, match="tied_group_signal='entropy' needs GRPO's loss"):
-        make_trainer("rloo", tied_group_signal="entropy")
+    with pytest.raises(ValueError, match="tied_group_entropy_scale=0.2 needs GRPO's loss"):
+        make_trainer("rloo", tied_group_entropy_scale=0.2)
 
 
 def three_outcomes(prompts):
@@ -218,22 +218,22 @@ def test_eval_is_untouched(make_trainer):
     the entropy rule acts in the training loss only."""
     prompts = ["1+1=", "2+3=", "4+4="]
     config = dict(beta=BETA, per_device_train_batch_size=12, per_device_eval_batch_size=12, prompts=prompts)
-    base, ours = make_trainer(ours=False, **config), make_trainer(tied_group_signal="entropy", **config)
+    base, ours = make_trainer(ours=False, **config), make_trainer(tied_group_entropy_scale=0.2, **config)
     for trainer in (base, ours):
         move_policy_away(trainer.model)
     assert_eval_is_trls(base, ours, three_outcomes, prompts)
 
 
-@pytest.mark.parametrize("signal", ["none", "entropy"])
-def test_failed_groups_that_train_on_their_tie_are_not_a_stall(make_trainer, signal):
+@pytest.mark.parametrize("scale", [0.0, 0.2])
+def test_failed_groups_that_train_on_their_tie_are_not_a_stall(make_trainer, scale):
     """Every group all wrong, batch after batch: a stall under masking (the monitor warns), not when they train."""
-    state = make_trainer(beta=BETA, tied_group_signal=signal).zero_std
+    state = make_trainer(beta=BETA, tied_group_entropy_scale=scale).zero_std
     rewards, no = torch.tensor([0.0] * 8), torch.zeros(8, dtype=torch.bool)
     plan = core.decide_row_plan(
         rewards, 4, truncated=no, unscorable=no, rejected=no, reward_range=(0.0, 1.0),
-        tied_groups_train=signal != "none",
+        tied_groups_train=scale > 0,
     )  # fmt: skip
     notices = [state.observe_plan(plan, torch.ones(8))[1] for _ in range(25)]
-    assert any(notices) == (signal == "none")
+    assert any(notices) == (scale == 0)
     metrics, _ = state.observe_plan(plan, torch.ones(8))
-    assert ("zero_std/tied_trained_group_frac" in metrics) == (signal != "none")
+    assert ("zero_std/tied_trained_group_frac" in metrics) == (scale > 0)

@@ -32,8 +32,9 @@ class RowPlan:
     ``trainable`` rows are the only ones allowed into any statistic (group mean and std, leave-one-out baseline, batch
     std) that other rows' advantages come from, and a row outside them gets advantage exactly 0. ``zero_std_groups``,
     ``low_tied_groups``, ``high_tied_groups`` and ``tied_training_groups`` (the tied groups that train on their tie,
-    ``tied_group_signal``) are ``(N // G,)`` bool. ``tied_sign`` ``(N,)`` float: +1 on the valid rows of a high-tied
-    group that trains on its tie, -1 on a low-tied one's, 0 elsewhere; those rows train and are outside ``trainable``.
+    ``tied_group_entropy_scale``) are ``(N // G,)`` bool. ``tied_sign`` ``(N,)`` float: +1 on the valid rows of a
+    high-tied group that trains on its tie, -1 on a low-tied one's, 0 elsewhere; those rows train and are outside
+    ``trainable``.
     """
 
     reasons: Mapping[str, torch.Tensor]

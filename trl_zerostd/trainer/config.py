@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from trl import GRPOConfig, RLOOConfig
 
-from ..core.settings import ZeroStdArguments, refuse_removed_fields, validate_settings
+from ..core.settings import ZeroStdArguments, refuse_removed_fields, tied_groups_train, validate_settings
 
 ConfigClass = TypeVar("ConfigClass", bound=type)
 
@@ -26,12 +26,12 @@ def check_num_generations(config) -> None:
 def check_compatible(settings: ZeroStdArguments, args, kind: str, has_rollout_func: bool = False) -> None:
     """Refuse, naming the settings, the combinations with TRL's own fields (and a trainer's ``rollout_func``) that
     this package cannot honour."""
-    if kind == "rloo" and settings.tied_group_signal != "none":
+    if kind == "rloo" and tied_groups_train(settings):
         raise ValueError(
-            f"tied_group_signal={settings.tied_group_signal!r} needs GRPO's loss: a row that trains on its group's "
-            "tie carries its policy and KL terms (docs/SEMANTICS.md), and RLOO folds beta * KL into the reward "
-            "before its baseline, so a tied group has no KL term of its own. Use ZeroStdGRPOTrainer, or leave "
-            "tied_group_signal='none'."
+            f"tied_group_entropy_scale={settings.tied_group_entropy_scale!r} needs GRPO's loss: a row that trains on "
+            "its group's tie carries its policy and KL terms (docs/SEMANTICS.md), and RLOO folds beta * KL into the "
+            "reward before its baseline, so a tied group has no KL term of its own. Use ZeroStdGRPOTrainer, or leave "
+            "tied_group_entropy_scale at 0."
         )
     if kind == "rloo" and settings.zero_std_kl != "mask":
         raise ValueError(

@@ -20,7 +20,7 @@ from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_b
 
 from .. import core
 from ..core.advantages import entropy_shaped_advantages
-from ..core.settings import ZeroStdArguments
+from ..core.settings import ZeroStdArguments, tied_groups_train
 
 # per-row loss-time data carried in TRL's batch dict
 ROLE_KEY, BASE_LOSS_MASK_KEY, TIED_SIGN_KEY = "row_role", "base_loss_mask", "tied_sign"
@@ -53,7 +53,7 @@ ABS_ADVANTAGE_KINDS = ("tied", "tied_high", "tied_low", "informative")
 
 @dataclass(frozen=True)
 class TiedTokens:
-    """The micro-batch's rows under ``tied_group_signal="entropy"``: ``sign`` ``(B,)`` (``RowPlan.tied_sign``: +-1 on
+    """The micro-batch's rows under ``tied_group_entropy_scale > 0``: ``sign`` ``(B,)`` (``RowPlan.tied_sign``: +-1 on
     the rows that train on their group's tie, 0 elsewhere), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages``
     ``(B, T)``: where some row is tied, the tensor TRL's loss reads as ``inputs["advantages"]``, into which
     ``loss_forward`` writes the tied rows' entropy-shaped advantages from the policy forward's entropies (TRL 1.16's
@@ -95,7 +95,7 @@ def abs_advantage_means(sums: torch.Tensor) -> dict[str, float]:
 @dataclass(frozen=True)
 class LossCall:
     """One micro-batch's loss: its ``rows``, the ``(B, T)`` constant log-probs of the rows it does not forward and,
-    under ``tied_group_signal``, its ``tied`` tokens (on every rank, with or without tied rows)."""
+    under ``tied_group_entropy_scale``, its ``tied`` tokens (on every rank, with or without tied rows)."""
 
     rows: core.LossRows
     fill_logps: torch.Tensor
@@ -103,7 +103,7 @@ class LossCall:
 
     def tied_metrics(self, sum_over_ranks: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
         """``abs_advantage_means`` once the loss ran, the sums added over ranks by ``sum_over_ranks`` (a collective:
-        every rank has ``tied`` under ``tied_group_signal``); none without it."""
+        every rank has ``tied`` under ``tied_group_entropy_scale``); none without it."""
         if self.tied is None:
             return {}
         return abs_advantage_means(sum_over_ranks(self.tied.abs_advantage_sums(self.rows.policy)))
@@ -131,7 +131,7 @@ def loss_call(
     ``zero_std_normalization``): its rows (``core.plan_loss_rows``; ``most_rows(n)``: the most rows any rank needs,
     every rank calls it), the ``LossCall`` and the ``(B', T)`` base loss mask of the rows kept. Where a row trains on
     its group's tie the advantages are ``(B', T)``, the tied rows' filled at the policy forward (``TiedTokens``,
-    ``tied_group_scale``)."""
+    ``tied_group_entropy_scale``)."""
     normalization, inputs = settings.zero_std_normalization, dict(inputs)
     role, base_loss_mask = inputs.pop(ROLE_KEY), inputs.pop(BASE_LOSS_MASK_KEY)
     tied_sign = inputs.pop(TIED_SIGN_KEY)
@@ -142,12 +142,12 @@ def loss_call(
     fill = inputs.get("old_per_token_logps")
     fill = torch.zeros(inputs["completion_ids"].shape, device=role.device) if fill is None else fill
     tied = None
-    if settings.tied_group_signal != "none":  # on every rank: its metrics are summed over ranks
+    if tied_groups_train(settings):  # on every rank: its metrics are summed over ranks
         advantages = inputs["advantages"].unsqueeze(1).expand_as(fill)
         if tied_sign[kept].any():  # TRL's loss reads (B, T) advantages only where a row is shaped
             advantages = advantages.clone()
             inputs["advantages"] = advantages
-        tied = TiedTokens(tied_sign[kept], base_loss_mask[kept], settings.tied_group_scale, advantages)
+        tied = TiedTokens(tied_sign[kept], base_loss_mask[kept], settings.tied_group_entropy_scale, advantages)
     return inputs, LossCall(rows=rows, fill_logps=fill, tied=tied), base_loss_mask[kept]
 
 

@@ -25,7 +25,13 @@ from datasets import IterableDataset
 
 from .. import core
 from ..core.monitor import StallMonitor, stall_advice
-from ..core.settings import PER_BATCH_FIELDS, REMOVED_FIELDS, ZeroStdArguments, removed_field_error
+from ..core.settings import (
+    PER_BATCH_FIELDS,
+    REMOVED_FIELDS,
+    ZeroStdArguments,
+    removed_field_error,
+    tied_groups_train,
+)
 from ..sampling.refill import BatchRefiller
 from ..sampling.skipping import PromptSkipper, history_key
 from ..sampling.streams import STREAM_SEED_OFFSET, PromptStream, RowStream
@@ -57,7 +63,7 @@ class ZeroStdState:
 
     def observe_plan(self, plan: core.RowPlan, row_tokens: torch.Tensor) -> tuple[dict[str, float], str | None]:
         """A gathered batch's plan (``(N,)`` loss tokens per row): its train metrics and the stall monitor's notice."""
-        tied_train = self.settings.tied_group_signal != "none"
+        tied_train = tied_groups_train(self.settings)
         metrics = core.plan_metrics(plan, row_tokens, self.settings.zero_std_kl, tied_train)
         untrained = ~plan.tied_training_groups  # a tied group that trains on its tie has not stalled
         low, high = (
@@ -98,7 +104,7 @@ class ZeroStdState:
             zero_std_atol=settings.zero_std_atol,
             zero_std_kl=settings.zero_std_kl,
             reward_range=self.reward_range,
-            tied_groups_train=settings.tied_group_signal != "none",
+            tied_groups_train=tied_groups_train(settings),
         )
 
     def state_dict(self) -> dict:
