@@ -25,7 +25,8 @@ def test_defaults(config_cls, tmp_path):
     ("field", "value"),
     [("zero_std_normalization", "drop"), ("zero_std_kl", "sometimes"), ("zero_std_atol", -1.0),
      ("zero_std_atol", float("nan")), ("dynamic_sampling_max_rounds", 0), ("zero_std_reward_funcs", "accuracy"),
-     ("tied_group_entropy_scale", -0.1), ("tied_group_entropy_scale", float("nan"))],
+     ("tied_group_entropy_scale", -0.1), ("tied_group_entropy_scale", float("nan")),
+     ("tied_group_entropy_scale", float("inf"))],
 )  # fmt: skip
 def test_bad_values_name_the_field(field, value, tmp_path):
     with pytest.raises(ValueError, match=field):
@@ -121,7 +122,7 @@ def test_flags_and_config_files_of_kept_fields_pass():
 
 
 def test_tied_group_entropy_scale_is_off_at_zero_and_tied_groups_need_masking(tmp_path):
-    with pytest.raises(ValueError, match=r"tied_group_entropy_scale must be >= 0 \(0 leaves tied groups masked\)"):
+    with pytest.raises(ValueError, match=r"scale must be finite and >= 0 \(0 leaves tied groups masked\)"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_entropy_scale=-0.2)
     with pytest.raises(ValueError, match="set mask_zero_std_groups=True"):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, tied_group_entropy_scale=0.2, mask_zero_std_groups=False)

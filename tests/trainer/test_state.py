@@ -115,3 +115,14 @@ def test_a_checkpoint_of_0_1_resumes_and_one_that_ran_a_removed_feature_is_refus
         path.write_text(json.dumps({**saved, "settings": {**saved["settings"], **removed, name: value}}))
         with pytest.raises(ValueError, match=f"trl_zerostd.json sets \\['{name}'\\], removed in trl-zerostd 0.2"):
             built(dynamic_sampling=True).load(str(tmp_path))
+
+
+def test_a_checkpoint_with_a_field_this_version_never_had_is_refused_by_name(tmp_path):
+    """A checkpoint written by another version with a field this one lacks fails naming the field, not deep inside
+    the settings' constructor."""
+    built().save(str(tmp_path))
+    path = tmp_path / STATE_FILE
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "settings": {**saved["settings"], "tied_group_signal": "none"}}))
+    with pytest.raises(ValueError, match=r"sets \['tied_group_signal'\], which this version of trl_zerostd does not"):
+        built().load(str(tmp_path))

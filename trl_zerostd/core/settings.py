@@ -228,7 +228,9 @@ def _validate_tied_groups(settings: ZeroStdArguments) -> None:
     """The checks of ``tied_group_entropy_scale`` (``validate_settings``)."""
     scale = settings.tied_group_entropy_scale
     if not (math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"tied_group_entropy_scale must be >= 0 (0 leaves tied groups masked), got {scale!r}.")
+        raise ValueError(
+            f"tied_group_entropy_scale must be finite and >= 0 (0 leaves tied groups masked), got {scale!r}."
+        )
     if tied_groups_train(settings) and not settings.mask_zero_std_groups:
         raise ValueError(
             f"tied_group_entropy_scale={scale!r} trains the zero-variance groups that mask_zero_std_groups=False "

@@ -28,6 +28,7 @@ from ..core.monitor import StallMonitor, stall_advice
 from ..core.settings import (
     PER_BATCH_FIELDS,
     REMOVED_FIELDS,
+    ZERO_STD_FIELDS,
     ZeroStdArguments,
     removed_field_error,
     tied_groups_train,
@@ -178,7 +179,13 @@ class ZeroStdState:
 def checkpoint_settings(saved: dict) -> dict:
     """The settings of a checkpoint's ``trl_zerostd.json`` without the fields of ``REMOVED_FIELDS`` that hold the
     value now always in force (an earlier version wrote every field); one set otherwise ran a feature that is gone
-    and is refused, naming it and what to use instead."""
+    and is refused, naming it and what to use instead. A field this version never had is refused, naming it."""
+    unknown = [name for name in saved if name not in ZERO_STD_FIELDS and name not in REMOVED_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"The checkpoint's trl_zerostd.json sets {unknown}, which this version of trl_zerostd does not have: "
+            "it was written by another version. Resume with that version, or start a new run."
+        )
     removed = [name for name in saved if name in REMOVED_FIELDS]
     departed = [name for name in removed if saved[name] != REMOVED_FIELDS[name][0]]
     if departed:
