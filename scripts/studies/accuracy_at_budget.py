@@ -61,7 +61,7 @@ class AccuracyAtBudgetArguments:
     arms: list[str] = field(
         default_factory=lambda: list(README_ARMS), metadata={"help": "Default: the README's table."}
     )
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    seeds: list[int] = field(default_factory=lambda: list(range(10)))
     fractions: list[float] = field(default_factory=lambda: [1 / 3, 0.5, 1.0], metadata={"help": "Of TRL's tokens."})
     tokens: list[str] = field(
         default_factory=lambda: ["generated_tokens"], metadata={"help": f"Token counts, of {list(TOKEN_LABELS)}."}
