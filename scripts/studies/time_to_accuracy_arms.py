@@ -148,6 +148,9 @@ add(*(Arm(f"zvp{suffix}", (ENTROPY_SCALE, scale)) for suffix, scale in ZVP_SCALE
 add(*(ARMS[f"zvp{suffix}"].variant("-g4", *groups_of(4), setting=True) for suffix in ZVP_SCALES))
 # Do dynamic sampling and prompt skipping still pay once tied groups teach? Both take away what the rule learns from
 add(*(ARMS[arm].variant("-zvp-a02", ENTROPY_SCALE, "0.2") for arm in ("dynamic", "skip-rate-prior")))
+# beta=0, TRL's default: no KL term, so keep_failed has nothing to keep and the rule is the only signal from tied
+# groups; masking there trains TRL's gradients ("keep" normalisers), so "masking-b0" stands for base TRL at beta=0
+add(*(ARMS[arm].variant("-b0", "--beta", "0.0") for arm in ("masking", "zvp-a02")))
 # The calibrated rule over skipping (it reads skipping's estimate, with the prior by level) at scale 1, and with the
 # estimate kept but nothing skipped (a draw floor of 1 draws every prompt): retired, their records kept
 CALIBRATED_ONE = (*CALIBRATED_SIGNAL, "--tied_group_scale", "1.0")

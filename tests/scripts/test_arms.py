@@ -18,7 +18,7 @@ def test_every_default_arm_exists():
 
 
 STUDY = SimpleNamespace(completions_per_step=128, num_generations=8, difficulty_column="band")
-TRL_FLAGS = ("--per_device_train_batch_size", "--num_generations", "--num_iterations")
+TRL_FLAGS = ("--per_device_train_batch_size", "--num_generations", "--num_iterations", "--beta")
 
 
 def test_no_arm_sets_a_field_the_package_lacks():

@@ -151,6 +151,23 @@ def removed_field_error(names: list[str], where: str) -> ValueError:
     return ValueError(f"{where} sets {names}, removed in trl-zerostd 0.2 (docs/CHANGELOG.md): {advice}.")
 
 
+def checkpoint_settings(saved: dict) -> dict:
+    """The settings of a checkpoint's ``trl_zerostd.json`` without the fields of ``REMOVED_FIELDS`` that hold the
+    value now always in force (an earlier version wrote every field); one set otherwise ran a feature that is gone
+    and is refused, naming it and what to use instead. A field this version never had is refused, naming it."""
+    unknown = [name for name in saved if name not in ZERO_STD_FIELDS and name not in REMOVED_FIELDS]
+    if unknown:
+        raise ValueError(
+            f"The checkpoint's trl_zerostd.json sets {unknown}, which this version of trl_zerostd does not have: "
+            "it was written by another version. Resume with that version, or start a new run."
+        )
+    removed = [name for name in saved if name in REMOVED_FIELDS]
+    departed = [name for name in removed if saved[name] != REMOVED_FIELDS[name][0]]
+    if departed:
+        raise removed_field_error(departed, "The checkpoint's trl_zerostd.json")
+    return {name: value for name, value in saved.items() if name not in removed}
+
+
 def refuse_removed_fields(names, where: str) -> None:
     """Raise ``removed_field_error`` for the names of ``REMOVED_FIELDS`` among ``names``."""
     removed = [name for name in names if name in REMOVED_FIELDS]

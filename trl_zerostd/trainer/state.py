@@ -25,14 +25,7 @@ from datasets import IterableDataset
 
 from .. import core
 from ..core.monitor import StallMonitor, stall_advice
-from ..core.settings import (
-    PER_BATCH_FIELDS,
-    REMOVED_FIELDS,
-    ZERO_STD_FIELDS,
-    ZeroStdArguments,
-    removed_field_error,
-    tied_groups_train,
-)
+from ..core.settings import PER_BATCH_FIELDS, ZeroStdArguments, checkpoint_settings, tied_groups_train
 from ..sampling.refill import BatchRefiller
 from ..sampling.skipping import PromptSkipper, history_key
 from ..sampling.streams import STREAM_SEED_OFFSET, PromptStream, RowStream
@@ -174,23 +167,6 @@ class ZeroStdState:
         if self.skipper is not None and os.path.exists(skip_state):
             self.skipper.load_state_dict(torch.load(skip_state))
         return [notice] if notice else []
-
-
-def checkpoint_settings(saved: dict) -> dict:
-    """The settings of a checkpoint's ``trl_zerostd.json`` without the fields of ``REMOVED_FIELDS`` that hold the
-    value now always in force (an earlier version wrote every field); one set otherwise ran a feature that is gone
-    and is refused, naming it and what to use instead. A field this version never had is refused, naming it."""
-    unknown = [name for name in saved if name not in ZERO_STD_FIELDS and name not in REMOVED_FIELDS]
-    if unknown:
-        raise ValueError(
-            f"The checkpoint's trl_zerostd.json sets {unknown}, which this version of trl_zerostd does not have: "
-            "it was written by another version. Resume with that version, or start a new run."
-        )
-    removed = [name for name in saved if name in REMOVED_FIELDS]
-    departed = [name for name in removed if saved[name] != REMOVED_FIELDS[name][0]]
-    if departed:
-        raise removed_field_error(departed, "The checkpoint's trl_zerostd.json")
-    return {name: value for name, value in saved.items() if name not in removed}
 
 
 def build_state(
