@@ -21,14 +21,18 @@ STUDY = SimpleNamespace(completions_per_step=128, num_generations=8, difficulty_
 TRL_FLAGS = ("--per_device_train_batch_size", "--num_generations", "--num_iterations", "--beta")
 
 
+def fields_the_package_lacks(name: str) -> set[str]:
+    """The flags of arm ``name`` (``--flag value`` pairs) that are neither the package's fields nor TRL's flags the
+    studies set; none for base TRL's arms and the peer's (their own flags)."""
+    if ARMS[name].trl or name.startswith("cgrpo"):
+        return set()
+    return {flag for flag in arm_flags(name, STUDY)[::2] if flag.lstrip("-") not in ZERO_STD_FIELDS} - set(TRL_FLAGS)
+
+
 def test_no_arm_sets_a_field_the_package_lacks():
     """Unless retired: a retired arm sets the fields of the commit that trains it."""
-    ours = [  # the peer: its own flags
-        arm for arm, spec in ARMS.items() if not spec.trl and not spec.retired_at and not arm.startswith("cgrpo")
-    ]
-    flags = {(arm, flag) for arm in ours for flag in arm_flags(arm, STUDY)[::2]}  # ours are --flag value pairs
     assert not {
-        (arm, flag) for arm, flag in flags if flag.lstrip("-") not in ZERO_STD_FIELDS and flag not in TRL_FLAGS
+        (name, flag) for name, arm in ARMS.items() if not arm.retired_at for flag in fields_the_package_lacks(name)
     }
 
 
@@ -73,8 +77,7 @@ def test_every_arm_s_values_are_the_package_s_unless_retired():
     for name, arm in ARMS.items():
         flags = arm_flags(name, STUDY)
         values = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=False)}
-        ours = not arm.trl and not name.startswith("cgrpo")  # the peer: its own flags
-        lacked = {field for field in values if ours and field not in ZERO_STD_FIELDS and f"--{field}" not in TRL_FLAGS}
+        lacked = {flag.lstrip("-") for flag in fields_the_package_lacks(name)}
         refused = lacked | {field for field, value in values.items() if value not in allowed.get(field, (value,))}
         assert bool(refused) == bool(arm.retired_at), (name, refused)
 
