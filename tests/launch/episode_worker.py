@@ -82,7 +82,7 @@ def run_episodes(model_dir: str, out_dir: str, engine: str, feature: str) -> dic
                 len(trainer._metrics["train"]["reward"])
             )  # TRL logs once a pass: the one that trains
             pairs = zip(trainer._logs["prompt"], trainer._logs["completion"], strict=True)
-            logged.extend((episode_of(prompt[-1]["content"]), named_episode(done)) for prompt, done in pairs)
+            logged.extend((episode_of(prompt), named_episode(done)) for prompt, done in pairs)
             return output
 
         trainer._generate_and_score_completions = generate_and_score_logged

@@ -4,6 +4,8 @@ reset, which the reward reads)."""
 
 from __future__ import annotations
 
+import re
+
 TASKS = ["win", "lose", "coin", "coin2"]  # "win": always solved, "lose": never (tied groups); "coin*": half the rows
 
 
@@ -89,14 +91,20 @@ def episode_call(prompt: str, i: int) -> str:
     return call if call == "done" else call.replace("}}", f', "episode": {episode_of(prompt)}}}}}')
 
 
-def episode_of(text: str) -> int:
-    """The episode a prompt's observation shows."""
+def episode_of(prompt) -> int:
+    """The episode a prompt's observation shows: a prompt's text, or the last message of a logged conversation
+    (TRL 1.15 on logs the messages, 1.14 the decoded text)."""
+    text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
     return int(text.rsplit("episode ", 1)[1].split(".")[0])
 
 
 def named_episode(completion) -> int | None:
-    """The episode a logged completion's tool call named (TRL logs the parsed messages)."""
-    for message in completion if isinstance(completion, list) else []:
+    """The episode a logged completion's tool call named: from the parsed messages TRL 1.15 on logs, or from the
+    call's arguments in the decoded text TRL 1.14 logs."""
+    if isinstance(completion, str):
+        found = re.search(r'"episode":\s*(\d+)', completion)
+        return int(found.group(1)) if found else None
+    for message in completion:
         for call in message.get("tool_calls") or []:
             return int(call["function"]["arguments"]["episode"])
     return None

@@ -396,7 +396,7 @@ MUTATIONS = [  # (label, file, original, mutant)
     ),
     (
         "state: a checkpoint that ran a removed feature resumes",
-        "trainer/state.py",
+        "core/settings.py",
         "    if departed:\n",
         "    if False:\n",
     ),

@@ -1,11 +1,14 @@
 """Config fields: defaults, validation that names the field, CLI parsing, and the supported TRL range."""
 
+import re
+from pathlib import Path
+
 import pytest
 from trl import GRPOConfig, TrlParser
 
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdRLOOConfig
 from trl_zerostd.core.settings import REMOVED_FIELDS, allowed_values, masking_settings, refuse_removed_flags
-from trl_zerostd.trainer.compat import check_trl_version
+from trl_zerostd.trainer.compat import SUPPORTED_TRL_TEXT, check_trl_version
 
 CPU = {
     "report_to": "none",
@@ -88,15 +91,21 @@ def test_num_generations_below_two_is_refused(tmp_path):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, num_generations=1)
 
 
-@pytest.mark.parametrize("version", ["1.15.0", "1.17.0", "0.29.1"])
-def test_unsupported_trl_is_refused_with_the_range(version):
-    with pytest.raises(ImportError, match=r"trl>=1\.16\.0,<1\.17\.0"):
+@pytest.mark.parametrize("version", ["1.14.0", "1.17.0", "0.29.1"])
+def test_unsupported_trl_is_refused_naming_the_installed_release_and_the_range(version):
+    with pytest.raises(ImportError, match=rf"trl>=1\.14\.1,<1\.17\.0 .* but trl=={re.escape(version)} is installed"):
         check_trl_version(version)
 
 
-def test_supported_trl_is_accepted():
-    check_trl_version("1.16.0")
-    check_trl_version("1.16.3")
+@pytest.mark.parametrize("version", ["1.14.1", "1.15.0", "1.16.0", "1.16.3"])
+def test_every_release_of_the_range_is_accepted(version):
+    check_trl_version(version)
+
+
+def test_the_range_is_the_one_pyproject_states():
+    """pip and the import check refuse the same releases."""
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"{SUPPORTED_TRL_TEXT}",' in pyproject
 
 
 @pytest.mark.parametrize("field", sorted(REMOVED_FIELDS))

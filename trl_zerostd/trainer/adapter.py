@@ -1,4 +1,4 @@
-"""The adapter: TRL 1.16's trainer methods that the package overrides, shared by the GRPO and RLOO trainers, each
+"""The adapter: TRL's trainer methods that the package overrides, shared by the GRPO and RLOO trainers, each
 calling TRL's and applying the pure core. Training mode only; in eval every override returns TRL's own result. A
 generation batch flows as (docs/flow.md)::
 
@@ -17,13 +17,11 @@ generation batch flows as (docs/flow.md)::
 from __future__ import annotations
 
 import logging
-import os
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from accelerate.utils import gather, gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .. import core
 from ..core.settings import masking_settings
@@ -86,7 +84,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         end_process_group_at_exit(self.accelerator)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.16): TRL's, then the plan applied
+        # follows {GRPO,RLOO}Trainer._generate_and_score_completions (TRL 1.14.1-1.16): TRL's, then the plan applied
         if self.zero_std is None or self.model is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         core.check_groups_share_prompt(gather_object([row.get("prompt", row) for row in inputs]), self._group_size)
@@ -101,8 +99,8 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
             self._generation_batch = None
 
     def _generate(self, prompts: list) -> tuple:
-        # follows {GRPO,RLOO}Trainer._generate (TRL 1.16); relies on TRL reading, after the call, the same prompts and
-        # inputs lists (its _calculate_rewards, its logs)
+        # follows {GRPO,RLOO}Trainer._generate (TRL 1.14.1-1.16); relies on TRL reading, after the call, the same
+        # prompts and inputs lists (its _calculate_rewards, its logs)
         batch = self._generation_batch
         if batch is None:
             return super()._generate(prompts)
@@ -117,7 +115,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
     def _calculate_rewards(
         self, inputs: list[dict], prompts: list, completions: list, completion_ids_list: list[list[int]]
     ) -> torch.Tensor:
-        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.16): a training batch's rewards were scored in _generate
+        # follows {GRPO,RLOO}Trainer._calculate_rewards (TRL 1.14.1-1.16): rewards were scored in _generate
         batch = self._generation_batch
         if batch is not None and batch.generation is not None:
             return batch.generation.rewards_per_func
@@ -131,8 +129,8 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         completion_ids, completions, extra_fields = self._generated_rows(generated)
         trl_layout.merge_extra_fields(rows, extra_fields)
         rewards_per_func = super()._calculate_rewards(rows, prompts, completions, completion_ids)
-        stop_tokens = [*self.eos_token_ids, self._tokenizer.pad_token_id]
-        truncated = core.truncated_rows(completion_ids, stop_tokens) & bool(self.mask_truncated_completions)
+        end_tokens = trl_layout.end_token_ids(self)
+        truncated = core.truncated_rows(completion_ids, end_tokens) & bool(self.mask_truncated_completions)
         return rewards_per_func, gather(truncated.to(self.accelerator.device)).bool()
 
     def _scored_generation(self, batch: GenerationBatch, generation: Generation) -> tuple:
@@ -185,7 +183,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         *args: Any,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        # follows {GRPO,RLOO}Trainer._get_per_token_logps_and_entropies (TRL 1.16): forwards the rows the plan reads
+        # follows {GRPO,RLOO}Trainer._get_per_token_logps_and_entropies (TRL 1.14.1-1.16): the plan's rows
         forward = super()._get_per_token_logps_and_entropies
         if isinstance(self._loss_call, LossCall):
             call = self._loss_call
@@ -205,7 +203,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         return result
 
     def _compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
-        # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.16): TRL's loss on the plan's rows of the micro-batch
+        # follows {GRPO,RLOO}Trainer._compute_loss (TRL 1.14.1-1.16): TRL's loss on the plan's rows of the micro-batch
         if ROLE_KEY not in inputs:
             return super()._compute_loss(model, inputs)
         most_rows = partial(self._over_ranks, reduction="max")
@@ -222,14 +220,13 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         return loss
 
     def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
-        # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.16): the package's state travels with the checkpoint
+        # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.14.1-1.16): the package's state travels with it
         super()._save_checkpoint(model, trial)
         if self.args.should_save and self.zero_std is not None:
-            run_dir = self._get_output_dir(trial=trial)
-            self.zero_std.save(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"))
+            self.zero_std.save(trl_layout.checkpoint_dir(self, trial))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.16): resuming restores the package's state
+        # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.14.1-1.16): restores the package's state
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint and self.zero_std is not None:
             for notice in self.zero_std.load(checkpoint):

@@ -3,7 +3,7 @@
 import trl
 from packaging.version import Version
 
-SUPPORTED_TRL = (Version("1.16.0"), Version("1.17.0"))  # [low, high)
+SUPPORTED_TRL = (Version("1.14.1"), Version("1.17.0"))  # [low, high)
 SUPPORTED_TRL_TEXT = f"trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}"
 
 

@@ -12,8 +12,7 @@
   awake between a batch's calls and sleeps once, after its last.
 
 ``aligned_copies`` and ``engine_calls`` are pure; ``decode_in_calls`` runs TRL's decode in those calls;
-``HeldSleep`` wraps TRL's ``VLLMGeneration`` (its ``llm``,
-``mode``, ``enable_sleep_mode``; its sleep flag through ``trl_layout.set_weights_sleeping``).
+``HeldSleep`` wraps TRL's ``VLLMGeneration`` (its engine, mode and sleep flag through ``trl_layout``).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from contextlib import contextmanager
 
 from accelerate.utils import gather_object
 
-from .trl_layout import set_weights_sleeping
+from . import trl_layout
 
 
 def aligned_copies(gathered_prompts: list, most: int) -> int:
@@ -86,7 +85,7 @@ class HeldSleep:
 
     def __init__(self, vllm_generation) -> None:
         self._vllm_generation = vllm_generation
-        self._llm = vllm_generation.llm
+        self._llm = trl_layout.engine(vllm_generation)
         self.held_level: int | None = None
 
     def sleep(self, level: int = 1) -> None:
@@ -102,28 +101,28 @@ class HeldSleep:
     def before_call(self) -> None:
         """TRL marked the weights discarded after the last call; they were not (its sleep is held)."""
         if self.held_level is not None:
-            set_weights_sleeping(self._vllm_generation, False)
+            trl_layout.set_weights_sleeping(self._vllm_generation, False)
 
     def release(self) -> None:
         """Give TRL its engine back and put it to sleep as TRL asked."""
-        self._vllm_generation.llm = self._llm
+        trl_layout.set_engine(self._vllm_generation, self._llm)
         if self.held_level is not None:
             self._llm.sleep(level=self.held_level)
-            set_weights_sleeping(self._vllm_generation, True)
+            trl_layout.set_weights_sleeping(self._vllm_generation, True)
 
 
 @contextmanager
 def one_sleep_per_batch(vllm_generation) -> Iterator[None]:
     """Within the block, a colocated engine under sleep mode sleeps once, at the end (``HeldSleep``); any other
     engine (server mode, no sleep mode, HF generate: ``vllm_generation`` None) is left as it is."""
-    if vllm_generation is None or vllm_generation.mode != "colocate" or not vllm_generation.enable_sleep_mode:
+    if vllm_generation is None or not trl_layout.sleeps_after_each_call(vllm_generation):
         yield
         return
-    if isinstance(vllm_generation.llm, HeldSleep):  # already held by an enclosing block
+    if isinstance(trl_layout.engine(vllm_generation), HeldSleep):  # already held by an enclosing block
         yield
         return
     held = HeldSleep(vllm_generation)
-    vllm_generation.llm = held
+    trl_layout.set_engine(vllm_generation, held)
     try:
         yield
     finally:
@@ -132,5 +131,6 @@ def one_sleep_per_batch(vllm_generation) -> Iterator[None]:
 
 def before_engine_call(vllm_generation) -> None:
     """Called before each generate call of a batch: a held sleep keeps the weights TRL would send again."""
-    if vllm_generation is not None and isinstance(getattr(vllm_generation, "llm", None), HeldSleep):
-        vllm_generation.llm.before_call()
+    held = None if vllm_generation is None else trl_layout.engine(vllm_generation)
+    if isinstance(held, HeldSleep):
+        held.before_call()

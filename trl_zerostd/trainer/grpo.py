@@ -36,7 +36,7 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         num_generations: int,
         has_tool_images: bool = False,
     ) -> tuple[list[list[int]], list | None]:
-        # follows GRPOTrainer._generate_single_turn (TRL 1.16): TRL's, in the adapter's engine calls
+        # follows GRPOTrainer._generate_single_turn (TRL 1.14.1-1.16): TRL's, in the adapter's engine calls
         def decode(ids: list, call_images: list | None, fields: dict, copies: int) -> tuple:
             generate_single_turn = super(ZeroStdGRPOTrainer, self)._generate_single_turn
             return generate_single_turn(ids, call_images, fields, copies, has_tool_images)
@@ -114,7 +114,7 @@ class ZeroStdGRPOTrainer(ZeroStdAdapter, GRPOTrainer):
         return inputs
 
     def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-        # follows GRPOTrainer.get_high_entropy_mask (TRL 1.16): the quantile over the rows with a policy term (rule 3)
+        # follows GRPOTrainer.get_high_entropy_mask (TRL 1.14.1-1.16): the quantile over policy rows (rule 3)
         if isinstance(self._loss_call, LossCall):  # not a Mock(spec=...) attribute, as in TRL's own tests
             mask = mask * self._loss_call.rows.policy.to(mask.device).unsqueeze(1).to(mask.dtype)
         return super().get_high_entropy_mask(entropies, mask, threshold)

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from .. import core
 from ..core.advantages import entropy_shaped_advantages
 from ..core.settings import ZeroStdArguments, tied_groups_train
+from . import trl_layout
 
 # per-row loss-time data carried in TRL's batch dict
 ROLE_KEY, BASE_LOSS_MASK_KEY, TIED_SIGN_KEY = "row_role", "base_loss_mask", "tied_sign"
@@ -32,7 +32,9 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
     split per row by TRL's ``split_pixel_values_by_grid``, indexed, and joined again; anything else as it is."""
     images = fields.get("pixel_values") is not None and fields.get("num_images") is not None
     if images:  # TRL's split reads a key's presence: a forward's keyword arguments name absent fields with None
-        present = split_pixel_values_by_grid({key: value for key, value in fields.items() if value is not None})
+        present = trl_layout.split_pixel_values_by_grid(
+            {key: value for key, value in fields.items() if value is not None}
+        )
         fields = {key: present.get(key) for key in fields}
     index = rows.tolist()
     selected = {}
@@ -44,7 +46,9 @@ def select_rows(fields: dict, rows: torch.Tensor, batch_size: int) -> dict:
         selected[key] = value
     if not images:
         return selected
-    joined = unsplit_pixel_values_by_grid({key: value for key, value in selected.items() if value is not None})
+    joined = trl_layout.unsplit_pixel_values_by_grid(
+        {key: value for key, value in selected.items() if value is not None}
+    )
     return {key: joined.get(key) for key in selected}
 
 

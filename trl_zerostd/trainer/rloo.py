@@ -40,14 +40,11 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
     def _generate_single_turn(  # type: ignore[override]  # RLOO's signature; the adapter is typed by GRPOTrainer's
         self, prompt_ids: list, images: list | None, multimodal_fields: dict
     ) -> list[list[int]]:
-        # follows RLOOTrainer._generate_single_turn (TRL 1.16): TRL's, in the adapter's engine calls; RLOO reads the
-        # completions per prompt it asks vLLM for from num_generations, so a call asking fewer sets it for that call
+        # follows RLOOTrainer._generate_single_turn (TRL 1.14.1-1.16): TRL's, in the adapter's engine calls; RLOO reads
+        # the completions per prompt it asks vLLM for from num_generations, so a call asking fewer sets it for the call
         def decode(ids: list, call_images: list | None, fields: dict, copies: int) -> list[list[int]]:
-            G, self.num_generations = self.num_generations, copies
-            try:
+            with trl_layout.copies_per_prompt(self, copies):
                 return RLOOTrainer._generate_single_turn(self, ids, call_images, fields)
-            finally:
-                self.num_generations = G
 
         calls = self._engine_calls(prompt_ids, images, multimodal_fields, self._group_size, decode)
         return [row for part in calls for row in part]

@@ -1,24 +1,25 @@
-"""TRL 1.16's internals that the package reads or writes, in one place: a TRL upgrade touches this module and the
-tests that pin it (docs/flow.md, "relies on"). Everything else reaches TRL through these names or through the
-methods the adapters override.
-
-- what ``GRPOTrainer._generate`` and ``RLOOTrainer._generate`` return (``GRPOGenerated``, ``RLOOGenerated``), per row
-  and back (``split_grpo``/``join_grpo``, ``split_rloo``/``join_rloo``);
-- TRL's metric store and logs (``_metrics``, ``_logs``, ``_pending_extra_logs``, ``_pending_metrics``);
-- TRL's extra-field merge, and the dataset images TRL reads from a row;
-- the prompt rows TRL puts in a dataset when an environment owns the data, and its pool of environment instances;
-- the stores a pass of TRL's method writes after ``_generate`` (metrics, completions log, pending user logs);
-- the sleep flag of TRL's ``VLLMGeneration``.
+"""TRL's internals that the package reads or writes, in one place: a TRL upgrade touches this module, and
+``tests/trl_contract`` pins each reliance (docs/flow.md, "Which TRL"). Everything else reaches TRL through these names
+or through the methods the adapters override: what ``_generate`` returns, per row and back; TRL's metric store, logs
+and pending user logs; its extra-field merge and the dataset images it reads; its environment rows and pool;
+``VLLMGeneration``'s engine, mode and sleep flag; the tokens its truncation check reads; RLOO's per-call
+``num_generations``; its pixel-value split; the checkpoint folder. Where releases of the supported range differ, the
+difference is decided here by what the trainer offers (an attribute), never by a version number.
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
+
+__all__ = ["split_pixel_values_by_grid", "unsplit_pixel_values_by_grid"]  # TRL's, for loss.py: one row's images
 
 ENVIRONMENT_PLACEHOLDER = [{"role": "user", "content": ""}]  # TRL's prompt rows when an environment owns the data
 
@@ -137,9 +138,51 @@ def restore_logged_columns(trainer, logged: list[dict]) -> None:
         trainer._pending_extra_logs[column] = [row.get(column) for row in logged]
 
 
+def stop_token_ids(trainer) -> list[int]:
+    """The token ids that end a completion, as TRL's truncation check reads them: every eos id the model declares
+    (``eos_token_ids``, TRL 1.15 on), or the tokenizer's one eos id (TRL 1.14)."""
+    declared = getattr(trainer, "eos_token_ids", None)
+    return list(declared) if declared is not None else [trainer._tokenizer.eos_token_id]
+
+
+def end_token_ids(trainer) -> list[int]:
+    """A completion whose last token is none of these was cut by the length limit (TRL's ``eos_and_pad``)."""
+    return [*stop_token_ids(trainer), trainer._tokenizer.pad_token_id]
+
+
+@contextmanager
+def copies_per_prompt(trainer, copies: int) -> Iterator[None]:
+    """RLOO's ``_generate_single_turn`` asks the engine for ``num_generations`` completions of each prompt it keeps:
+    within the block, ``copies``."""
+    group_size, trainer.num_generations = trainer.num_generations, copies
+    try:
+        yield
+    finally:
+        trainer.num_generations = group_size
+
+
+def checkpoint_dir(trainer, trial) -> str:
+    """The folder transformers' ``Trainer._save_checkpoint`` just wrote for this step."""
+    return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+
+
 def vllm_generation(trainer):
     """TRL's ``VLLMGeneration`` of a trainer (its ``vllm_generation``), None under HF generate."""
     return getattr(trainer, "vllm_generation", None) if trainer.use_vllm else None
+
+
+def sleeps_after_each_call(vllm_generation) -> bool:
+    """A colocated engine under sleep mode: TRL puts it to sleep (weights discarded) after every generate call."""
+    return vllm_generation.mode == "colocate" and vllm_generation.enable_sleep_mode
+
+
+def engine(vllm_generation):
+    """The engine TRL's ``VLLMGeneration`` calls (its ``llm``: vLLM's ``LLM`` when colocated; None in server mode)."""
+    return getattr(vllm_generation, "llm", None)
+
+
+def set_engine(vllm_generation, llm) -> None:
+    vllm_generation.llm = llm
 
 
 def set_weights_sleeping(vllm_generation, sleeping: bool) -> None:
