@@ -1,5 +1,22 @@
 """Runs of the main job (scripts/train_grpo.py defaults) for the studies in scripts/studies/: one arm, learning rate
-and seed per run, several at a time, each cached as JSON (a run already written is not run again)."""
+and seed per run, several at a time, each cached as JSON (a run already written is not run again).
+
+A record (``run_one``) holds ``arm``, ``learning_rate``, ``seed``, ``host``, the evaluations (``eval``: ``[step,
+reward]``; ``eval_bands``) and lists with one entry per optimizer step: the logged metrics of ``RECORDED``,
+``generation_s``, the cumulative ``generated_tokens``, ``completion_tokens`` and ``prompt_once_tokens``, and which
+prompts each step generated and skipped (records from before them, and the peer's, lack these two, so a reader of
+them reads them with ``.get``; the readers here read neither):
+
+- ``prompt_draws``: ``{prompt: completions}``, the completions generated of each prompt at that step, refills
+  included (``{}`` for a step that generated nothing: the later steps of a generation batch under num_iterations > 1);
+- ``prompt_skips``: ``[prompt, ...]``, the prompts prompt skipping passed over on its stream at that step, in the
+  stream's order (``[]`` where nothing is skipped: base TRL, every arm without skipping). Under skipping the
+  dataloader's rows only pace the steps, so what a step offered is its draws' prompts and its skips.
+
+A prompt is named by its text (``prompt_text``: a conversation's last user message), so rows with the same text, as a
+split drawn with replacement can hold, count together. The peer's trainer (``cgrpo`` arms, counted where it
+generates, ``_base_generate``) records neither.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +26,7 @@ import os
 import platform
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 FINAL_WINDOW = 20  # steps averaged for a run's final reward
@@ -59,14 +76,28 @@ def timing_generation(trainer_cls):
             self.generated_tokens = defaultdict(int)
             self.completion_tokens = defaultdict(int)
             self.prompt_once_tokens = defaultdict(int)
+            self.decodes = 0  # training calls of _generate_single_turn
+            if counted_at == "_generate_single_turn":
+                self.prompt_tally = PromptTally()
+                self.prompt_tally.watch_skips(self)
 
         def _generate_single_turn(self, *args, **kwargs):
             start = time.perf_counter()
             result = super()._generate_single_turn(*args, **kwargs)
             if self.model.training:
                 self.generation_s[self.state.global_step] += time.perf_counter() - start
+                self.decodes += 1
                 if counted_at == "_generate_single_turn":
                     self._count(args[0], result)
+            return result
+
+        def _generate(self, prompts):
+            # one prompt per row; a call that decodes nothing (the package's pass over rows a refill generated before)
+            # is not a draw. Read before the call: a refill's last round rewrites the list in place
+            texts, decodes = [prompt_text(prompt) for prompt in prompts], self.decodes
+            result = super()._generate(prompts)
+            if self.model.training and self.decodes > decodes:
+                self.prompt_tally.draws[self.state.global_step].update(texts)
             return result
 
         def _base_generate(self, *args, **kwargs):  # the peer's only
@@ -88,8 +119,62 @@ def timing_generation(trainer_cls):
 
     if counted_at == "_generate_single_turn":
         del GenerationTimed._base_generate
+    else:
+        del GenerationTimed._generate
     GenerationTimed.__name__ = trainer_cls.__name__
     return GenerationTimed
+
+
+def prompt_text(prompt) -> str:
+    """A prompt's name in the records: the text of a conversation's last user message (its content as JSON where it is
+    not text), or the prompt itself."""
+    if isinstance(prompt, str):
+        return prompt
+    messages = [message for message in prompt if message.get("role") == "user"] or list(prompt)
+    content = messages[-1]["content"]
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def passed_over(consumed: list[int], drawn: list[int]) -> list[int]:
+    """The places of ``consumed`` (row indices, in order) that are not among ``drawn``, counted as a multiset."""
+    left, passed = Counter(drawn), []
+    for index in consumed:
+        if left[index]:
+            left[index] -= 1
+        else:
+            passed.append(index)
+    return passed
+
+
+class PromptTally:
+    """Per optimizer step (by ``global_step`` while generating): ``draws[step]``, completions generated per prompt
+    text (``timing_generation`` counts them); ``skips[step]``, the prompt texts prompt skipping passed over."""
+
+    def __init__(self):
+        self.draws: defaultdict[int, Counter] = defaultdict(Counter)
+        self.skips: defaultdict[int, list[str]] = defaultdict(list)
+
+    def watch_skips(self, trainer) -> None:
+        """Note the prompts the package's prompt stream passes over (where ``trainer`` has one over a map-style
+        dataset: dynamic sampling or prompt skipping): each draw's places consumed, read again from the stream's
+        state before it, less those it drew. Draws the same as unwatched (the stream's own seeded passes)."""
+        from trl_zerostd.sampling.streams import PromptStream
+
+        refiller = getattr(getattr(trainer, "zero_std", None), "refiller", None)
+        stream = getattr(refiller, "stream", None)
+        if not isinstance(stream, PromptStream):
+            return
+        draw = stream.draw
+
+        def noted(count, draw_prob=None):
+            before = PromptStream(stream.num_rows, stream.seed, stream.epoch, stream.position)
+            drawn, skipped = draw(count, draw_prob)
+            if skipped:
+                for index in passed_over(before.take(len(drawn) + skipped), drawn):
+                    self.skips[trainer.state.global_step].append(prompt_text(refiller.dataset[index]["prompt"]))
+            return drawn, skipped
+
+        stream.draw = noted
 
 
 def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
@@ -134,6 +219,10 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     for key in ("generated_tokens", "completion_tokens", "prompt_once_tokens"):  # cumulative
         per_step = [getattr(trainer, key)[entry["step"] - 1] for entry in steps]
         record[key] = [sum(per_step[: i + 1]) for i in range(len(per_step))]
+    if hasattr(trainer, "prompt_tally"):
+        tally = trainer.prompt_tally
+        record["prompt_draws"] = [dict(tally.draws[entry["step"] - 1]) for entry in steps]
+        record["prompt_skips"] = [list(tally.skips[entry["step"] - 1]) for entry in steps]
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
     record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]

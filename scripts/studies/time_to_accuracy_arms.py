@@ -167,3 +167,5 @@ add(Arm("trl-rerun", trl=True))
 add(Arm("cgrpo-g8", ("--budget_grid", "2", "4", "8")))
 add(Arm("cgrpo", ("--budget_grid", "2", "4", "8", "16", "32", "--num_generations", "32",
                   "--per_device_train_batch_size", WIDE_BATCH)))  # fmt: skip
+# Prompts that come back (revisited_prompts.py): does skipping pay over keep_failed once a prompt's own history exists?
+add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in ("skip-rate-prior", "skip-rate")))
