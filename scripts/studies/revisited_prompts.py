@@ -30,9 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py): scripts/ holds demo/ and studies/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from demo.real_model import smollm2_folder
-from studies.time_to_accuracy import main
-from studies.time_to_accuracy_real import TASK, RealTimeToAccuracyArguments
+from studies.time_to_accuracy_real import RealTimeToAccuracyArguments, run_real_study
 
 NUM_PROMPTS = 40  # today's level shares exactly; 10 steps a pass of 4 prompts: 4 passes in 40 steps
 ARMS_REVISITED = ["trl", "keep_failed", "skip-rate-prior-kf", "skip-rate-kf"]
@@ -64,9 +62,4 @@ class RevisitedPromptsArguments(RealTimeToAccuracyArguments):
 
 
 if __name__ == "__main__":
-    from trl import TrlParser
-
-    (parsed,) = TrlParser((RevisitedPromptsArguments,)).parse_args_and_config()
-    if not parsed.report_only:
-        smollm2_folder(TASK["model_name_or_path"])  # converted from the GGUF file once, before the runs read it
-    main(parsed)
+    run_real_study(RevisitedPromptsArguments)

@@ -77,10 +77,16 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
     plot: str = field(default="docs/results/time_to_accuracy_real/curves.png")
 
 
-if __name__ == "__main__":
+def run_real_study(arguments: type[RealTimeToAccuracyArguments] = RealTimeToAccuracyArguments) -> None:
+    """The command line parsed into ``arguments``; SmolLM2 converted from its GGUF file once, before the runs read it
+    (not to report alone); then the study (``time_to_accuracy.main``)."""
     from trl import TrlParser
 
-    (parsed,) = TrlParser((RealTimeToAccuracyArguments,)).parse_args_and_config()
+    (parsed,) = TrlParser((arguments,)).parse_args_and_config()
     if not parsed.report_only:
-        smollm2_folder(TASK["model_name_or_path"])  # converted from the GGUF file once, before the runs read it
+        smollm2_folder(TASK["model_name_or_path"])
     main(parsed)
+
+
+if __name__ == "__main__":
+    run_real_study()
