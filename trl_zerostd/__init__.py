@@ -4,7 +4,7 @@ The package is laid out as its design (docs/flow.md):
 
 - ``core``: the pure tensor math (groups, masks, advantages, the row plan of a batch) and the settings;
 - ``sampling``: the pure sampling side (prompt streams, the success-rate predictor, the refill planner);
-- ``trainer``: the adapter over TRL 1.16's trainers (the overrides, TRL's layout in one module, the configs).
+- ``trainer``: the adapter over TRL's trainers, 1.14.1-1.16 (overrides, TRL's layout in one module, the configs).
 
 ``core`` and ``sampling`` import nothing of TRL, transformers, accelerate, datasets or peft; the trainers and configs
 below are imported (and TRL's version checked) when first used.

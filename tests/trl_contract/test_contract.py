@@ -171,18 +171,26 @@ def test_the_metric_store_and_logs_are_lists_per_name(base_trainer):
 
 def test_reward_functions_logs_wait_in_pending_stores(base_trainer):
     """``trl_layout.take_logged_columns`` / ``take_pending_metrics`` take what reward functions logged
-    (``log_extra``, ``log_metric``) from ``_pending_extra_logs`` and ``_pending_metrics``."""
-    assert isinstance(base_trainer._pending_extra_logs, dict)
-    base_trainer._pending_metrics["new/metric"].append(1.0)  # a new name starts a list (defaultdict)
-    base_trainer._pending_metrics.clear()
+    (``log_extra``, ``log_metric``: TRL's ``_log_completion_extra`` and ``_log_metric``) from
+    ``_pending_extra_logs`` (a list of values per column) and ``_pending_metrics`` (a list per name)."""
+    base_trainer._log_completion_extra("column", ["a", "b"])
+    base_trainer._log_metric("scalar", 0.5)
+    assert list(base_trainer._pending_extra_logs["column"]) == ["a", "b"]
+    assert list(base_trainer._pending_metrics["scalar"]) == [0.5]
+    taken = trl_layout.take_logged_columns(base_trainer, 2)
+    assert taken == [{"column": "a"}, {"column": "b"}] and not base_trainer._pending_extra_logs
 
 
-def test_the_stop_tokens_are_the_models_eos_ids_or_the_tokenizers(base_trainer):
-    """``trl_layout.stop_token_ids``: TRL's truncation check ends a completion at ``eos_token_ids`` where the
-    trainer has it (1.15 on), else at the tokenizer's ``eos_token_id``."""
-    eos = base_trainer._tokenizer.eos_token_id
-    assert trl_layout.stop_token_ids(base_trainer)[0] == eos or eos in trl_layout.stop_token_ids(base_trainer)
-    assert isinstance(base_trainer._tokenizer.pad_token_id, int)
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_the_truncation_check_reads_the_stop_tokens_the_layout_names(kind, base_trainer):
+    """``trl_layout.stop_token_ids``: TRL's truncation check (``mask_truncated_completions``) ends a completion at
+    ``eos_token_ids`` where the trainer has it (1.15 on), else at the tokenizer's ``eos_token_id`` (1.14), then pad."""
+    source = inspect.getsource(TRAINERS[kind]._generate_and_score_completions)
+    if hasattr(base_trainer, "eos_token_ids"):
+        assert "[*self.eos_token_ids, self._tokenizer.pad_token_id]" in source
+    else:
+        assert "[self._tokenizer.eos_token_id, self._tokenizer.pad_token_id]" in source
+    assert trl_layout.end_token_ids(base_trainer)[-1] == base_trainer._tokenizer.pad_token_id
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
@@ -190,7 +198,7 @@ def test_the_trainer_attributes_the_adapter_reads(kind):
     """``adapter``, ``grpo`` and ``rloo`` read these attributes of TRL's trainer, set in its ``__init__``."""
     common = ["num_generations", "reward_func_names", "reward_weights", "use_vllm", "vllm_mode", "shuffle_dataset",
               "mask_truncated_completions", "_tokenizer", "_metrics", "_logs", "_pending_extra_logs",
-              "_pending_metrics", "beta"]  # fmt: skip
+              "_pending_metrics", "beta", "vllm_generation"]  # fmt: skip
     own = {"grpo": ["scale_rewards", "multi_objective_aggregation", "loss_type", "vllm_importance_sampling_correction",
                     "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_min",
                     "vllm_importance_sampling_clip_max", "rollout_func", "environment_factories"],
@@ -217,6 +225,33 @@ def test_vllm_generation_exposes_its_engine_mode_and_sleep_flag():
     source = inspect.getsource(VLLMGeneration)
     for name in ("self.llm =", "self.mode =", "self.enable_sleep_mode =", "self._llm_weights_sleeping ="):
         assert name in source, name
+    generate = inspect.getsource(VLLMGeneration.generate)  # what HeldSleep intercepts: a sleep after each call
+    assert "self._llm_weights_sleeping" in generate and "self.llm.sleep(" in generate
+
+
+def test_the_batch_is_shuffled_and_split_with_its_extra_per_row_keys():
+    """``loss.mark_rows`` adds ``row_role``, ``base_loss_mask`` and ``tied_sign`` to the method's output; TRL's
+    ``_prepare_inputs`` shuffles and splits every per-row tensor with TRL's own (``shuffle_sequence_dict``,
+    ``split_tensor_dict``), so each micro-batch's extra keys stay with its rows."""
+    assert "shuffle_sequence_dict(" in inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "split_tensor_dict(" in inspect.getsource(GRPOTrainer._prepare_inputs)
+    rows = torch.arange(6)
+    batch = {"prompt_ids": rows.unsqueeze(1), "row_role": rows * 10, "num_items_in_batch": torch.tensor(9)}
+    torch.manual_seed(0)
+    shuffled = trl_utils.shuffle_sequence_dict(batch)
+    assert torch.equal(shuffled["row_role"], shuffled["prompt_ids"].squeeze(1) * 10)
+    for part in trl_utils.split_tensor_dict(shuffled, 2):
+        assert torch.equal(part["row_role"], part["prompt_ids"].squeeze(1) * 10)
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_the_loss_reads_the_scoring_forwards_by_these_keys(kind):
+    """``loss.py`` and ``grpo._loss_inputs`` read and fill the scoring forwards' log-probs by these batch keys; RLOO's
+    loss reads its per-row ``old_logps`` (``rloo._finish_output``)."""
+    source = inspect.getsource(TRAINERS[kind]._compute_loss)
+    keys = {"grpo": ("old_per_token_logps", "ref_per_token_logps"), "rloo": ('inputs["old_logps"]',)}[kind]
+    for key in (*keys, 'inputs["advantages"]'):
+        assert key in source, key
 
 
 def test_pixel_values_split_and_unsplit_by_image_grid():

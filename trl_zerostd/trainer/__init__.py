@@ -1,4 +1,4 @@
-"""The adapter over TRL 1.16's ``GRPOTrainer`` and ``RLOOTrainer``: the overrides (``adapter``, with the refill's
+"""The adapter over TRL's ``GRPOTrainer`` and ``RLOOTrainer``: the overrides (``adapter``, with the refill's
 passes through TRL in ``refill_passes``), TRL's internals that the package reads or writes (``trl_layout``), the
 configs and the run's state. Importing it checks TRL's version: any release outside the supported range is refused.
 """

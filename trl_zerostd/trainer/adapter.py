@@ -160,7 +160,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         """The plan applied to this rank's slice of TRL's output: advantages, loss masks, row roles, metrics."""
         plan = batch.plan
         if plan is None:
-            raise RuntimeError("No row plan was decided: TRL did not run the scoring forward it runs in TRL 1.16.")
+            raise RuntimeError("No row plan was decided: TRL did not run its scoring forward.")
         advantages = self._advantages(batch).masked_fill(plan.masked, 0.0)
         rows = len(output["advantages"])
         rank_rows = slice(self.accelerator.process_index * rows, (self.accelerator.process_index + 1) * rows)

@@ -12,6 +12,6 @@ def check_trl_version(version: str = trl.__version__) -> None:
     low, high = SUPPORTED_TRL
     if not (low <= Version(version) < high):
         raise ImportError(
-            f"trl_zerostd supports {SUPPORTED_TRL_TEXT} (it overrides private TRL methods of that release), "
+            f"trl_zerostd supports {SUPPORTED_TRL_TEXT} (it overrides private TRL methods of those releases), "
             f"but trl=={version} is installed. Install a supported release: pip install '{SUPPORTED_TRL_TEXT}'."
         )

@@ -1,4 +1,4 @@
-"""How a training generation batch reaches the generation engine (vLLM or HF generate) through TRL 1.16's
+"""How a training generation batch reaches the generation engine (vLLM or HF generate) through TRL's
 ``_generate_single_turn``, whatever shape a refill round has (docs/flow.md, "Generation engines").
 
 - ``engine_calls``: a round is decoded in calls of at most TRL's own generation batch (the rows TRL sized vLLM's

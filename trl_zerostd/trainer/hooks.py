@@ -1,4 +1,4 @@
-"""What the adapter (``adapter.ZeroStdAdapter``) asks of a concrete trainer: where GRPO and RLOO differ (TRL 1.16).
+"""What the adapter (``adapter.ZeroStdAdapter``) asks of a concrete trainer: where GRPO and RLOO differ.
 
 Abstract: a trainer that lacks one of these cannot be built (Python's ``abc`` refuses it at construction).
 """

@@ -60,7 +60,7 @@ class TiedTokens:
     """The micro-batch's rows under ``tied_group_entropy_scale > 0``: ``sign`` ``(B,)`` (``RowPlan.tied_sign``: +-1 on
     the rows that train on their group's tie, 0 elsewhere), ``loss_mask`` ``(B, T)`` and ``scale``. ``advantages``
     ``(B, T)``: where some row is tied, the tensor TRL's loss reads as ``inputs["advantages"]``, into which
-    ``loss_forward`` writes the tied rows' entropy-shaped advantages from the policy forward's entropies (TRL 1.16's
+    ``loss_forward`` writes the tied rows' entropy-shaped advantages from the policy forward's entropies (TRL's
     ``_compute_loss`` computes them before it reads the advantages); elsewhere a view of TRL's ``(B,)`` ones."""
 
     sign: torch.Tensor
@@ -177,7 +177,7 @@ def loss_forward(call: LossCall, forward, model, input_ids, attention_mask, logi
         if call.tied is not None:
             call.tied.fill(entropies)
     elif call.tied is not None:
-        raise RuntimeError("Tied groups' entropy-shaped advantages need the loss forward's entropies: TRL 1.16 asks.")
+        raise RuntimeError("Tied groups' entropy-shaped advantages need the loss forward's entropies: TRL asks.")
     if aux_loss is not None and len(forwarded) == 0:
         aux_loss = 0.0 * aux_loss
     return place(call.fill_logps, logps), entropies, aux_loss

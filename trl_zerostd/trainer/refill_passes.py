@@ -1,4 +1,4 @@
-"""A refill (dynamic sampling, prompt skipping) run through TRL 1.16's own method, once per round.
+"""A refill (dynamic sampling, prompt skipping) run through TRL's own method, once per round.
 
 The pure planner (``sampling.refill.RefillRounds``) says what each round generates. Each round is one pass of TRL's
 ``_generate_and_score_completions`` over the round's rows: TRL prepares their prompts (environments drawn and reset,

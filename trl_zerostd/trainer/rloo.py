@@ -50,7 +50,7 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return [row for part in calls for row in part]
 
     def _generated_rows(self, generated: tuple) -> tuple[list[list[int]], list, dict]:
-        out = trl_layout.RLOOGenerated(*generated)  # RLOO 1.16 has no extra fields
+        out = trl_layout.RLOOGenerated(*generated)  # RLOO (1.14.1-1.16) has no extra fields
         return out.completion_ids, out.completions, {}
 
     def _split_generated(self, generated: tuple, rows: list[dict]) -> list[tuple]:
@@ -60,8 +60,8 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return trl_layout.join_rloo(records)
 
     def _hands_over_in_place(self, last_round_rows: list[dict], rows_that_train: list[dict]) -> bool:
-        """Without images: RLOO's method reads its rows' images before ``_generate`` (TRL 1.16 rloo_trainer.py, line
-        1467), so with images the rows that train get a pass of their own (RLOO prepares prompts with no side
+        """Without images: RLOO's method reads its rows' images before ``_generate`` (TRL's rloo_trainer.py,
+        1.14.1-1.16), so with images the rows that train get a pass of their own (RLOO prepares prompts with no side
         effect)."""
         return (
             trl_layout.dataset_images(last_round_rows) is None and trl_layout.dataset_images(rows_that_train) is None
@@ -82,7 +82,7 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         )  # fmt: skip
 
     def _rejection_mode(self) -> bool:
-        return False  # RLOO 1.16 has no importance-sampling rejection
+        return False  # RLOO (1.14.1-1.16) has no importance-sampling rejection
 
     def _rejected_rows(self, batch: GenerationBatch, old_logps: torch.Tensor, completion_mask: torch.Tensor):
         raise NotImplementedError("RLOO rejects no row (_rejection_mode is False).")
@@ -91,13 +91,13 @@ class ZeroStdRLOOTrainer(ZeroStdAdapter, RLOOTrainer):
         return inputs  # the rows not forwarded already have ratio 1 (old_logps 0, _finish_output)
 
     def _kl_penalty(self, batch: GenerationBatch) -> torch.Tensor | None:
-        """Gathered ``(N,)`` ``beta * KL`` of TRL 1.16's RLOO: ``KL = sum over completion tokens of old - ref``."""
+        """Gathered ``(N,)`` ``beta * KL`` of TRL's RLOO: ``KL = sum over completion tokens of old - ref``."""
         if self.beta == 0.0:
             return None
         if len(batch.scoring_logps) != 2:
             raise RuntimeError(
                 "Expected RLOOTrainer._generate_and_score_completions to compute the policy then the reference "
-                f"log-probs (TRL 1.16), saw {len(batch.scoring_logps)} scoring forward(s)."
+                f"log-probs (TRL 1.14.1-1.16), saw {len(batch.scoring_logps)} scoring forward(s)."
             )
         (old_per_token_logps, completion_mask), (ref_per_token_logps, _) = batch.scoring_logps
         kl = ((old_per_token_logps - ref_per_token_logps) * completion_mask).sum(-1)
