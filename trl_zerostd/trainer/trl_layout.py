@@ -17,9 +17,8 @@ from typing import NamedTuple
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
-
-__all__ = ["split_pixel_values_by_grid", "unsplit_pixel_values_by_grid"]  # TRL's, for loss.py: one row's images
+from trl.trainer.utils import split_pixel_values_by_grid as split_pixel_values_by_grid  # TRL's, for loss.py
+from trl.trainer.utils import unsplit_pixel_values_by_grid as unsplit_pixel_values_by_grid
 
 ENVIRONMENT_PLACEHOLDER = [{"role": "user", "content": ""}]  # TRL's prompt rows when an environment owns the data
 
