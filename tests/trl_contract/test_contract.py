@@ -9,6 +9,7 @@ test's docstring), then run the whole suite. Each test's docstring says which of
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Mapping
 
@@ -19,6 +20,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import utils as trl_utils
 
 from tests.support.trainers import MIXED_PROMPTS, rows_of, stub_generation
+from trl_zerostd import core
 from trl_zerostd.trainer import trl_layout
 
 TRAINERS = {"grpo": GRPOTrainer, "rloo": RLOOTrainer}
@@ -74,9 +76,19 @@ def test_rloo_generate_single_turn_asks_for_num_generations_copies_itself():
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_log_prob_forward_takes_model_ids_mask_and_logits_to_keep_first(kind):
     """``adapter._get_per_token_logps_and_entropies`` reads its first four arguments and passes the rest on."""
-    names = parameters(TRAINERS[kind]._get_per_token_logps_and_entropies)
+    trainer_cls = TRAINERS[kind]
+    names = parameters(trainer_cls._get_per_token_logps_and_entropies)
     assert names[:2] == ["self", "model"]
-    assert names[2:5] == ["input_ids", "attention_mask", "logits_to_keep"] or "args" in names
+    if "args" not in names:
+        assert names[2:5] == ["input_ids", "attention_mask", "logits_to_keep"]
+        return
+    # TRL 1.14: ``(self, model, *args, ...)``, passed on to the full-logits path (and Liger's chunked one, if any)
+    paths = [
+        getattr(trainer_cls, name) for name in ("_full_logits_logps", "_chunked_logps") if hasattr(trainer_cls, name)
+    ]
+    assert paths, "a log-prob forward of (model, *args) passes them on to _full_logits_logps"
+    for path in paths:
+        assert parameters(path)[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"], path
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
@@ -191,6 +203,27 @@ def test_the_truncation_check_reads_the_stop_tokens_the_layout_names(kind, base_
     else:
         assert "[self._tokenizer.eos_token_id, self._tokenizer.pad_token_id]" in source
     assert trl_layout.end_token_ids(base_trainer)[-1] == base_trainer._tokenizer.pad_token_id
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_a_second_declared_eos_ends_a_completion_where_the_layout_says(kind, make_trainer, base_model, tokenizer):
+    """``trl_layout.end_token_ids`` on real completions: with a model that declares a second eos id (as many chat
+    models do), each completion TRL's ``mask_truncated_completions`` masks is one the package calls truncated, and no
+    other. From 1.15 a completion ending in the second id is whole; 1.14 reads the tokenizer's eos alone."""
+    second = tokenizer.convert_tokens_to_ids("x")
+    model = copy.deepcopy(base_model)
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, second]
+    completions = ["2x|", "2|", "2", "5 x|"]  # "|": cut there, no eos (tests.support.trainers.encode_completion)
+    trainer = make_trainer(kind, ours=False, model=model, mask_truncated_completions=True)
+    trainer = stub_generation(trainer, completions)
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(rows_of(trainer, MIXED_PROMPTS))
+    masked_by_trl = output["completion_mask"].sum(dim=1) == 0
+    completion_ids = [[t for t in row if t != tokenizer.pad_token_id] for row in output["completion_ids"].tolist()]
+    ends_in_second = torch.tensor([ids[-1] == second for ids in completion_ids])
+    assert ends_in_second.any() and masked_by_trl.any()
+    assert torch.equal(core.truncated_rows(completion_ids, trl_layout.end_token_ids(trainer)), masked_by_trl)
+    assert (second in trl_layout.stop_token_ids(trainer)) == hasattr(trainer, "eos_token_ids")
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
