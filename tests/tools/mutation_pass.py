@@ -17,6 +17,7 @@ Equivalent mutants, left out because no test can tell them apart (the behaviour 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -275,22 +276,16 @@ MUTATIONS = [  # (label, file, original, mutant)
         "shown = {name: list(pool) for name, pool in pools.items()}",
     ),
     (
-        "refill: a dropped round's logs and metrics kept",
+        "refill: a round that more rounds follow runs on through TRL's method",
         "trainer/refill_passes.py",
-        "        self.round_end.enter_context(trl_layout.scratch_stores(trainer))\n",
-        "        pass\n",
+        "        raise RoundGenerated  # this pass trains nothing: TRL's method ends here\n",
+        "        return generated\n",
     ),
     (
         "refill: a colocated engine stays awake through the scoring forwards of the batch that trains",
         "trainer/refill_passes.py",
         "            self.engine_held.close()\n",
         "            pass\n",
-    ),
-    (
-        "refill: a dropped round's scoring forwards run",
-        "trainer/adapter.py",
-        "        if batch.refill is not None and batch.refill.round_dropped:",
-        "        if False:",
     ),
     (
         "loss: image fields not split per row",
@@ -474,5 +469,11 @@ def run(label_filters: list[str]) -> int:
     return len(survivors)
 
 
+def stop_on_sigterm(signum, frame) -> None:
+    """A ``kill`` ends the pass as Ctrl-C does, through ``run``'s ``finally``: the mutated file is restored."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     sys.exit(1 if run(sys.argv[1:]) else 0)

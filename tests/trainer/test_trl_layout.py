@@ -4,9 +4,6 @@ the stores a dropped round writes to, and when a trainer hands the rows that tra
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
-from types import SimpleNamespace
-
 from trl_zerostd.trainer import trl_layout
 from trl_zerostd.trainer.grpo import ZeroStdGRPOTrainer
 from trl_zerostd.trainer.rloo import ZeroStdRLOOTrainer
@@ -64,18 +61,6 @@ def test_a_later_round_never_draws_an_instance_an_earlier_round_of_the_batch_hol
     with trl_layout.EnvironmentDraws(trainer).round():  # the next batch starts from the pool's first instance
         trainer.prepare(2)
     assert trainer.environments == pool[:2] and trainer.environments[0] is first_instance
-
-
-def test_what_a_dropped_round_logs_is_dropped_and_the_stores_come_back():
-    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    logs = {"prompt": deque(maxlen=4), "rewards": defaultdict(lambda: deque(maxlen=4))}
-    trainer = SimpleNamespace(_metrics=metrics, _logs=logs)
-    with trl_layout.scratch_stores(trainer):
-        trainer._metrics["train"]["reward"].append(1.0)
-        trainer._logs["prompt"].extend(["p"])
-        trainer._logs["rewards"]["f"].extend([1.0])
-    assert trainer._metrics is metrics and trainer._logs is logs
-    assert not metrics["train"] and not logs["prompt"] and not logs["rewards"]
 
 
 def test_the_rows_that_train_are_handed_over_in_place_unless_images_were_read_before_generate():

@@ -92,7 +92,7 @@ def test_sleep_mode_syncs_once_per_generation_batch(vllm_trainer, feature):
 
     def forward_seeing_the_engine(*args, **kwargs):  # the scoring forwards of the passes that train
         batch = trainer._generation_batch
-        if batch is not None and trainer._loss_call is None and not (batch.refill and batch.refill.round_dropped):
+        if batch is not None and trainer._loss_call is None:
             awake_at_scoring.append(engine.kv_awake)
         return scoring_forward(*args, **kwargs)
 

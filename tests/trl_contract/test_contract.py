@@ -146,6 +146,29 @@ def test_the_method_reads_after_generate_the_lists_it_gave_it(base_trainer):
     assert seen["rewards"][0] is rows and seen["rewards"][1] is seen["prompts"]
 
 
+def test_an_exception_from_generate_ends_the_method_with_nothing_after_it_kept(base_trainer):
+    """``refill_passes.RoundGenerated``: a refill round that more rounds follow ends TRL's method by raising from
+    ``_generate``; TRL must let it through (no handler in its method), log nothing of that pass after the call, and
+    run its next call as ever."""
+
+    class Ended(Exception):
+        pass
+
+    generate = base_trainer._generate
+
+    def generate_then_end(prompts):
+        generate(prompts)
+        raise Ended
+
+    base_trainer._generate = generate_then_end
+    with pytest.raises(Ended):
+        base_trainer._generate_and_score_completions(rows_of(base_trainer, MIXED_PROMPTS))
+    assert "reward" not in base_trainer._metrics["train"] and not base_trainer._logs["prompt"]
+    base_trainer._generate = generate
+    output = base_trainer._generate_and_score_completions(rows_of(base_trainer, MIXED_PROMPTS))
+    assert output["advantages"].shape == (8,) and len(base_trainer._logs["prompt"]) == 8
+
+
 def test_the_batch_output_holds_what_the_adapter_rewrites(base_trainer):
     """``adapter._apply_plan`` and ``loss.mark_rows`` rewrite these keys of the method's output, one row per dataset
     row; GRPO's ``num_items_in_batch`` is the gathered loss-mask token count, which ``zero_std_normalization=
@@ -173,7 +196,7 @@ def test_log_prob_forward_returns_logps_entropies_and_an_aux_loss(base_trainer):
 
 def test_the_metric_store_and_logs_are_lists_per_name(base_trainer):
     """``trl_layout.log_metrics`` appends to ``_metrics["train"][name]``; ``replace_logged_advantages`` replaces the
-    last rows of ``_logs["advantages"]``; the refill's dropped rounds swap both stores (``scratch_stores``)."""
+    last rows of ``_logs["advantages"]``."""
     base_trainer._generate_and_score_completions(rows_of(base_trainer, MIXED_PROMPTS))
     assert isinstance(base_trainer._metrics, Mapping) and set(base_trainer._metrics) >= {"train", "eval"}
     assert all(isinstance(values, list) for values in base_trainer._metrics["train"].values())

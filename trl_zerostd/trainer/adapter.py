@@ -191,8 +191,6 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         batch = self._generation_batch
         if batch is None:
             return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        if batch.refill is not None and batch.refill.round_dropped:  # a round that trains nothing: nothing is read
-            return torch.zeros(input_ids.shape[0], logits_to_keep, device=input_ids.device), None, None
         deciding = batch.plan is None  # vLLM importance sampling: the first forward (old policy's) is whole and its
         rows = None if deciding else batch.scoring_rows  # ratio may reject rows, so the plan is decided after it
         result = rows_forward(rows, forward, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)

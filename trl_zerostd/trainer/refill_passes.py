@@ -4,10 +4,10 @@ The pure planner (``sampling.refill.RefillRounds``) says what each round generat
 ``_generate_and_score_completions`` over the round's rows: TRL prepares their prompts (environments drawn and reset,
 images put into the messages, tool dicts built), and its ``_generate`` (the adapter's override, here ``generate``)
 decodes them; they are scored once and gathered for the planner. A round that more rounds follow trains nothing: its
-pass forwards nothing and what TRL logs after ``_generate`` is dropped. In the last round's pass, ``_generate`` hands
-TRL the rows that train, from every round, each with the prompt TRL prepared for it in its own round; TRL's output of
-that pass is the batch's. So every rollout is prepared, its environment reset, generated, scored, forwarded and
-logged once (docs/flow.md).
+pass ends where its ``_generate`` returns (``RoundGenerated``), so none of TRL's forwards or logs after that call run
+for it. In the last round's pass, ``_generate`` hands TRL the rows that train, from every round, each with the prompt
+TRL prepared for it in its own round; TRL's output of that pass is the batch's. So every rollout is prepared, its
+environment reset, generated, scored, forwarded and logged once (docs/flow.md).
 """
 
 from __future__ import annotations
@@ -30,22 +30,26 @@ if TYPE_CHECKING:
     from .adapter import ZeroStdAdapter
 
 
+class RoundGenerated(Exception):
+    """Ends a pass of TRL's method at its ``_generate`` call: the pass's rows are generated and scored, and none of
+    them trains as they stand (a round that more rounds follow, or a last round whose rows that train get a pass of
+    their own). All ranks raise it in the same round (every rank plans the same rounds), so TRL's collectives after
+    ``_generate`` are skipped on every rank alike."""
+
+
 class RefillPasses:
     """One training batch's refill through TRL's method (the adapter builds it and hands it each ``_generate``).
 
-    ``round_sizes``: this rank's rows of each part of the round running; ``round_end`` unwinds what a round's pass set
-    up when it returns; ``pending_metrics``: the scalars reward functions logged in every round's scoring;
-    ``round_dropped``: the pass running is a round that more rounds follow; ``refilled``: the rows that train, where
-    they get a pass of their own (``TrainerHooks._hands_over_in_place``); ``engine_held``: a colocated engine's sleep,
-    held from the first round's generation to the last's (``engine.one_sleep_per_batch``).
+    ``round_sizes``: this rank's rows of each part of the round running; ``pending_metrics``: the scalars reward
+    functions logged in every round's scoring; ``refilled``: the rows that train, where they get a pass of their own
+    (``TrainerHooks._hands_over_in_place``); ``engine_held``: a colocated engine's sleep, held from the first round's
+    generation to the last's (``engine.one_sleep_per_batch``).
     """
 
     def __init__(self, trainer: ZeroStdAdapter, batch: GenerationBatch, rounds: RefillRounds) -> None:
         self.trainer, self.batch, self.rounds = trainer, batch, rounds
         self.round_sizes: list[int] = []
-        self.round_end = ExitStack()
         self.pending_metrics: dict[str, list] = {}
-        self.round_dropped = False
         self.refilled: RefilledBatch | None = None
         self.engine_held = ExitStack()
 
@@ -60,14 +64,15 @@ class RefillPasses:
             while (request := self.rounds.next_round()) is not None:
                 parts = [part.local_rows(world, rank) for part in request.parts]
                 batch.inputs, batch.generation = [row for part in parts for row in part], None
-                self.round_sizes, self.round_dropped = [len(part) for part in parts], False
-                with draws.round(), ExitStack() as self.round_end:
-                    output = trl_pass(batch.inputs)
-                if not self.round_dropped:
-                    return output
+                self.round_sizes = [len(part) for part in parts]
+                try:
+                    with draws.round():
+                        return trl_pass(batch.inputs)
+                except RoundGenerated:
+                    continue
         if self.refilled is None:
             raise RuntimeError("The refill's rounds ended before they handed over the batch that trains.")
-        batch.inputs, self.round_dropped = list(self.refilled.rows), False
+        batch.inputs = list(self.refilled.rows)
         self._take_refilled(self.refilled)
         batch.refill = None  # a pass of their own: _generate gives back their generation
         return trl_pass(batch.inputs)
@@ -93,9 +98,7 @@ class RefillPasses:
             if trainer._over_ranks(int(refused), reduction="sum") == 0:
                 return self._hand_over(prompts, refilled)
             self.refilled = refilled  # the rows that train get a pass of TRL's method of their own
-        self.round_dropped = True  # this pass trains nothing
-        self.round_end.enter_context(trl_layout.scratch_stores(trainer))
-        return generated
+        raise RoundGenerated  # this pass trains nothing: TRL's method ends here
 
     def _gathered(
         self,

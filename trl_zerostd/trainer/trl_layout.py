@@ -10,7 +10,6 @@ difference is decided here by what the trainer offers (an attribute), never by a
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -212,19 +211,6 @@ def take_pending_metrics(trainer) -> dict[str, list]:
 def restore_pending_metrics(trainer, pending: dict[str, list]) -> None:
     for name, values in pending.items():
         trainer._pending_metrics[name].extend(values)
-
-
-@contextmanager
-def scratch_stores(trainer) -> Iterator[None]:
-    """Within the block, TRL's train metrics and completions log go to a scratch copy that is then dropped: the rest
-    of a pass of TRL's method over rows that do not train as they stand (a refill round that more rounds follow)."""
-    metrics, logs = trainer._metrics, trainer._logs
-    trainer._metrics = {**metrics, "train": defaultdict(list)}
-    trainer._logs = {key: defaultdict(list) if isinstance(value, dict) else [] for key, value in logs.items()}
-    try:
-        yield
-    finally:
-        trainer._metrics, trainer._logs = metrics, logs
 
 
 class EnvironmentDraws:
