@@ -1,6 +1,6 @@
-"""``trl_zerostd/trainer/trl_layout.py``, TRL 1.16's internals the package reads or writes, on stand-ins of TRL's
-values: a refill's rows joined back into what ``_generate`` returns, the environment instances each round may draw,
-the stores a dropped round writes to, and when a trainer hands the rows that train to the last round's pass."""
+"""``trl_zerostd/trainer/trl_layout.py``, TRL's internals the package reads or writes, on stand-ins of TRL's values:
+a refill's rows joined back into what ``_generate`` returns, the environment instances each round may draw, and when
+a trainer hands the rows that train to the last round's pass."""
 
 from __future__ import annotations
 

@@ -164,6 +164,7 @@ def test_an_exception_from_generate_ends_the_method_with_nothing_after_it_kept(b
     with pytest.raises(Ended):
         base_trainer._generate_and_score_completions(rows_of(base_trainer, MIXED_PROMPTS))
     assert "reward" not in base_trainer._metrics["train"] and not base_trainer._logs["prompt"]
+    assert "num_tokens" in base_trainer._metrics["train"]  # what TRL's _generate logs itself stays
     base_trainer._generate = generate
     output = base_trainer._generate_and_score_completions(rows_of(base_trainer, MIXED_PROMPTS))
     assert output["advantages"].shape == (8,) and len(base_trainer._logs["prompt"]) == 8
