@@ -93,12 +93,14 @@ def timing_generation(trainer_cls):
 
         def _generate(self, prompts):
             # one prompt per row; a call that decodes nothing (the package's pass over rows a refill generated before)
-            # is not a draw. Read before the call: a refill's last round rewrites the list in place
+            # is not a draw. Read before the call: a refill's last round rewrites the list in place; counted when the
+            # call raises too: a refill round that more rounds follow ends TRL's method there (RoundGenerated)
             texts, decodes = [prompt_text(prompt) for prompt in prompts], self.decodes
-            result = super()._generate(prompts)
-            if self.model.training and self.decodes > decodes:
-                self.prompt_tally.draws[self.state.global_step].update(texts)
-            return result
+            try:
+                return super()._generate(prompts)
+            finally:
+                if self.model.training and self.decodes > decodes:
+                    self.prompt_tally.draws[self.state.global_step].update(texts)
 
         def _base_generate(self, *args, **kwargs):  # the peer's only
             result = super()._base_generate(*args, **kwargs)

@@ -1,11 +1,14 @@
 """The studies' process pool (``studies.runs.run_all``): results in the order of the jobs, and a run killed from
-outside stops the study with an error naming what to do, instead of leaving it waiting for that run."""
+outside stops the study with an error naming what to do, instead of leaving it waiting for that run; the draws a
+trainer's generation is counted by (``timing_generation``), refill rounds included."""
 
 import os
 import signal
 import threading
 
-from studies.runs import run_all
+from studies.runs import run_all, timing_generation
+from tests.support import trainers
+from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
 
 def echo_seed(job: tuple) -> dict:
@@ -44,3 +47,19 @@ def test_a_run_killed_from_outside_stops_the_study_with_a_clear_error(tmp_path):
     thread.join(timeout=60)
     assert not thread.is_alive(), "the study still waits for the killed run"
     assert len(raised) == 1 and "lower --jobs and run the same command again" in raised[0]
+
+
+def test_every_completion_a_refill_generates_is_a_draw(make_trainer, monkeypatch):
+    """The tiny model's own generation under dynamic sampling (every group tied all wrong: the rounds run to the
+    cap): each prompt's draws at the step are the completions every round generated for it, as the refill counts
+    them (``dynamic_sampling/generated_groups``), not the last round's alone."""
+    timed = (timing_generation(ZeroStdGRPOTrainer), ZeroStdGRPOConfig)
+    monkeypatch.setitem(trainers.OUR_CLASSES, "grpo", timed)
+    trainer = make_trainer("grpo", dynamic_sampling=True, dynamic_sampling_max_rounds=3, max_completion_length=4)
+    trainer.train()
+    (logged,) = [entry for entry in trainer.state.log_history if "dynamic_sampling/generated_groups" in entry]
+    generated_groups = logged["dynamic_sampling/generated_groups"]
+    assert logged["dynamic_sampling/rounds"] > 1 and generated_groups > 2
+    draws = trainer.prompt_tally.draws[0]
+    assert sum(draws.values()) == generated_groups * trainer.num_generations
+    assert set(draws.values()) <= {trainer.num_generations, 2 * trainer.num_generations}
