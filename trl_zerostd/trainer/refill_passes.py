@@ -79,7 +79,8 @@ class RefillPasses:
 
     def generate(self, prompts: list, trl_generate: Callable[[list], tuple]) -> tuple:
         """``_generate`` in a round's pass: TRL's ``_generate`` over the round's prompts, scored once; the round's
-        rows go to the planner gathered (each part's rows consecutive, a prompt's rows together)."""
+        rows go to the planner gathered (each part's rows consecutive, a prompt's rows together). Returns only in the
+        last round, handing over the rows that train; else it ends the pass (``RoundGenerated``)."""
         trainer, batch = self.trainer, self.batch
         generated = trl_generate(prompts)
         rows = batch.inputs
