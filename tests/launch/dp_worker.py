@@ -111,6 +111,16 @@ def force_cpu_fsdp():
     accelerate.state.AcceleratorState.__init__ = init_with_fsdp
 
 
+def reduce_over_gloo():
+    """Test harness: DeepSpeed's CPU accelerator reduces through a shared-memory kernel that it compiles on first use,
+    one to three minutes on 2 cores, and again in each environment (the build is keyed by where its sources live).
+    Marking the kernel unavailable makes DeepSpeed reduce through ``torch.distributed`` over gloo, as DDP does."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    deepspeed.ops.__compatible_ops__[get_accelerator().create_op_builder("ShareMemCommBuilder").NAME] = False
+
+
 def whole_parameters(model):
     """A context in which every parameter is whole: ZeRO-3 partitions them from construction on (gathered here, every
     rank calls; rank 0's changes are kept)."""
@@ -154,6 +164,8 @@ def checksum(model):
 def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):
     trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
     setup = SCENARIOS[scenario]
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+        reduce_over_gloo()  # before accelerate's state starts DeepSpeed's communication
     if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
         force_cpu_fsdp()
     settings = dict(

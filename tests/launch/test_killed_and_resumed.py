@@ -1,10 +1,9 @@
 """Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint`` is the
 run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
 drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
-``zero_std_kl="keep_failed"``, in 1 process and in 2, on a map-style and on a streaming dataset, with the success
-rates' prior by prompt, with prompt skipping alone, and with tied groups training on their entropy-shaped
-advantages (``tests/launch/resume_worker.py``). TRL's own trainer is the
-control.
+``zero_std_kl="keep_failed"``, in 1 process and in 2, and in 2 processes (each rank's state, the state they share)
+on a streaming dataset, with the success rates' prior by prompt, with prompt skipping alone, and with tied groups
+training on their entropy-shaped advantages (``tests/launch/resume_worker.py``). TRL's own trainer is the control.
 """
 
 import json
@@ -28,12 +27,9 @@ def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
     [
         ("ours", 1),
         ("ours", 2),
-        ("ours-streaming", 1),
         ("ours-streaming", 2),
-        ("ours-prior", 1),
         ("ours-prior", 2),
         ("ours-skipping", 2),
-        ("ours-entropy", 1),
         ("ours-entropy", 2),
         ("base", 1),
     ],
