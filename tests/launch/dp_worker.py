@@ -164,9 +164,10 @@ def checksum(model):
 def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):
     trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
     setup = SCENARIOS[scenario]
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+    deepspeed_launch = os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true"
+    if deepspeed_launch:
         reduce_over_gloo()  # before accelerate's state starts DeepSpeed's communication
-    if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
+    if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or deepspeed_launch:
         force_cpu_fsdp()
     settings = dict(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),

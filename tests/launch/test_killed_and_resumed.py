@@ -1,9 +1,10 @@
 """Resuming: a run killed hard (SIGKILL) right after a checkpoint and resumed with ``resume_from_checkpoint`` is the
 run never interrupted, bit for bit on CPU: the same parameters, and the same logged metrics at every step (prompts
-drawn and skipped, refill rounds, rewards, losses), with masking, dynamic sampling, prompt skipping and
-``zero_std_kl="keep_failed"``, in 1 process and in 2, and in 2 processes (each rank's state, the state they share)
-on a streaming dataset, with the success rates' prior by prompt, with prompt skipping alone, and with tied groups
-training on their entropy-shaped advantages (``tests/launch/resume_worker.py``). TRL's own trainer is the control.
+drawn and skipped, refill rounds, rewards, losses). With masking, dynamic sampling, prompt skipping and
+``zero_std_kl="keep_failed"`` in 1 process and in 2; in 2 processes (each rank's state and the state they share) on
+a streaming dataset, with the success rates' prior by prompt, with prompt skipping alone, and with tied groups
+training on their entropy-shaped advantages (``tests/launch/resume_worker.py``). TRL's own trainer, in 1 process, is
+the control.
 """
 
 import json
