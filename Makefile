@@ -18,20 +18,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The TRL range (pyproject.toml): `make test` runs the whole suite on the newest release (in $(VENV)) and, on each older
-# one, the contract with TRL's internals, every test against TRL's own trainer and one launch of each multi-process
-# path (RANGE_TESTS), each in an environment made from scratch with that release and its own dependency bounds. TRL
-# 1.15.0 computes log-probs only with a Triton kernel (1.16 folds it in torch where Triton is missing): on a CPU,
-# Triton's interpreter runs it, minutes a test on the real model's vocabulary, whose tests run on the newest alone.
+# one, the tests marked `every_trl` (pyproject.toml's markers: the contract with TRL's internals, every test against
+# TRL's own trainer, one end-to-end test of each path and one launch of each multi-process layout), each release in an
+# environment made from scratch with its own dependency bounds. TRL 1.15.0 computes log-probs only with a Triton
+# kernel (1.16 folds it in torch where Triton is missing): on a CPU, Triton's interpreter runs it, minutes a test on
+# the real model's vocabulary, whose tests run on the newest alone.
 TRL_OLDER   ?= 1.14.1 1.15.0
 TRITON      ?= triton==3.9.0  # Linux wheels: for 1.15.0's kernel (1.14.1 and 1.16 fall back to torch without it)
-RANGE_LAUNCHES = 'tests/launch/test_distributed.py::test_dynamic_sampling_two_processes_match_one' \
-	'tests/launch/test_sharded.py::test_fsdp_with_a_lopsided_batch_matches_ddp[grpo-masking]' \
-	'tests/launch/test_sharded.py::test_deepspeed_zero3_with_a_lopsided_batch_matches_ddp[rloo-masking]' \
-	'tests/launch/test_killed_and_resumed.py::test_a_killed_and_resumed_run_equals_the_uninterrupted_one[ours-skipping-2]' \
-	'tests/launch/test_vllm_two_processes.py::test_two_processes_generate_and_train_as_one[grpo-server-entropy]' \
-	'tests/launch/test_vllm_two_processes.py::test_two_processes_generate_and_train_as_one[grpo-colocate-dynamic_skipping]' \
-	'tests/launch/test_episodes.py::test_each_rollout_keeps_its_episode[server-dynamic-2]'
-RANGE_TESTS ?= tests/trl_contract tests/trainer --ignore=tests/trainer/test_real_model.py $(RANGE_LAUNCHES)
+RANGE_TESTS ?= -m every_trl
 TRL_VENV     = .venv-trl-$(TRL)
 
 .PHONY: install train test test-trl train-real gpu-check

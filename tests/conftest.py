@@ -4,8 +4,6 @@ itself imports it from there)."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 from transformers import AutoModelForCausalLM
 
@@ -30,10 +28,18 @@ def base_model(tiny_model_dir):
 
 
 @pytest.fixture
-def make_trainer(tokenizer, base_model, tmp_path):
+def make_trainer(tokenizer, base_model, tmp_path, request):
     """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model
-    (``tests.support.trainers.build_trainer``; ``streaming``: the train set as an ``IterableDataset``)."""
-    return functools.partial(build_trainer, tokenizer, base_model, tmp_path)
+    (``tests.support.trainers.build_trainer``; ``streaming``: the train set as an ``IterableDataset``). A test that
+    builds TRL's own trainer (``ours=False``) compares against it, so it must run on every release of the range: it is
+    refused unless marked ``every_trl``."""
+
+    def make(*args, ours=True, **kwargs):
+        if not ours and request.node.get_closest_marker("every_trl") is None:
+            pytest.fail(f"{request.node.name} compares against TRL's own trainer: mark it @pytest.mark.every_trl")
+        return build_trainer(tokenizer, base_model, tmp_path, *args, ours=ours, **kwargs)
+
+    return make
 
 
 @pytest.fixture(scope="session", params=["llava", "qwen2vl"])

@@ -16,7 +16,9 @@ checksums before and after, and rank 0's logs. Scenarios:
 - ``entropy``: ``masking``'s batch with ``tied_group_entropy_scale=0.2`` (the tied group trains on RL-ZVP's token
   advantages), two steps.
 
-Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_DIR KIND SCENARIO [ours|base]
+Usage: python -m tests.launch.dp_worker MODEL_DIR OUT_ROOT RUN [RUN ...], where RUN is ``KIND-SCENARIO`` (our
+trainer) or ``KIND-SCENARIO-base`` (TRL's own), written to ``OUT_ROOT/RUN/rank{r}.json``. One launch runs every RUN in
+turn, each a trainer of its own: a launch's cost is mostly its processes importing torch, transformers and TRL.
 """
 
 import contextlib
@@ -78,6 +80,14 @@ SCENARIOS = {
 SCENARIOS["skipping_streaming"] = {**SCENARIOS["skipping"], "streaming": True}
 # "1+1=" always right trains on its tie: entropy-shaped token advantages at the loss
 SCENARIOS["entropy"] = {**SCENARIOS["masking"], "config": {"tied_group_entropy_scale": 0.2, "max_steps": 2}}
+
+
+# the runs the tests launch data-parallel, all in one launch: test_distributed's, and test_sharded's reference
+DDP_RUNS = [
+    *(f"{kind}-{scenario}" for kind in ("grpo", "rloo") for scenario in ("masking", "masking_exclude")),
+    *(f"grpo-{scenario}" for scenario in ("entropy", "dynamic", "dynamic_cap", "skipping", "skipping_alone")),
+    "grpo-skipping_streaming",
+]
 
 
 def completions_for(prompts):
@@ -161,14 +171,31 @@ def checksum(model):
         )
 
 
-def main(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):
-    trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
-    setup = SCENARIOS[scenario]
+def run_name(kind, scenario, trainer="ours"):
+    """The name of a run, as the worker's command line and the results' directory give it."""
+    return f"{kind}-{scenario}" + ("" if trainer == "ours" else f"-{trainer}")
+
+
+def main(model_dir, out_root, *runs):
+    """Every run of ``runs`` (``run_name``s) in turn, each writing ``out_root/run/rank{r}.json``; returns the
+    accelerator (its state is the process's, shared by the runs)."""
     deepspeed_launch = os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true"
     if deepspeed_launch:
         reduce_over_gloo()  # before accelerate's state starts DeepSpeed's communication
     if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or deepspeed_launch:
         force_cpu_fsdp()
+    for run in runs:
+        out_dir = os.path.join(out_root, run)
+        os.makedirs(out_dir, exist_ok=True)
+        accelerator = train_one(model_dir, out_dir, *run.split("-"))
+    return accelerator
+
+
+def train_one(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):
+    """One run: trains ``scenario`` with our ``kind`` trainer (``trainer="base"``: TRL's) and writes this rank's
+    result to ``out_dir/rank{r}.json``."""
+    trainer_cls, config_cls = (OUR_CLASSES if trainer == "ours" else BASE_CLASSES)[kind]
+    setup = SCENARIOS[scenario]
     settings = dict(
         output_dir=out_dir, per_device_train_batch_size=GLOBAL_BATCH // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4, max_completion_length=6, beta=0.1, learning_rate=1e-2, max_steps=1, logging_steps=1,

@@ -1,35 +1,29 @@
 """Two-process data-parallel training on CPU (gloo) gives the rows, advantages and metrics of one process.
 
 Launched as users launch it: ``accelerate launch --multi_gpu --num_processes 2`` with ``use_cpu=True`` in the
-training config (``tests/launch/dp_worker.py``). The global batch is two groups of 4, one per rank at first.
+training config (``tests/launch/dp_worker.py``), every scenario in one launch (``ddp_runs``). The global batch is
+two groups of 4, one per rank at first.
 """
 
 import json
-import os
 
 import pytest
 
-from tests.launch.dp_worker import SCENARIOS
-from tests.launch.dp_worker import main as run_worker
-from tests.support.launching import DP_WORKER, by_row, run_from_root, two_process_command
+from tests.launch.dp_worker import SCENARIOS, run_name, train_one
+from tests.support.launching import by_row
 from trl_zerostd.sampling.skipping import history_key
 
-TIMEOUT_S = 300
 
-
-def launch(model_dir, out_dir, kind, scenario, num_processes=2, end_run=True):
-    """Run the worker in ``num_processes`` processes (1: in this process); returns the per-rank results. Without
-    ``end_run`` the worker ends as a user's script would, the trainer's exit handler alone ending the group."""
-    out_dir.mkdir()
-    if num_processes == 1:
-        run_worker(model_dir, str(out_dir), kind, scenario)
+def launch(ddp_runs, model_dir, out_dir, kind, scenario, num_processes=2):
+    """The per-rank results of ``scenario``: in 2 processes, the session's one data-parallel launch of every run
+    (``ddp_runs``, ended as a user's script ends: the trainer's exit handler alone); in 1, trained in this process."""
+    if num_processes == 2:
+        results = ddp_runs[run_name(kind, scenario)]
     else:
-        assert num_processes == 2
-        command = two_process_command(DP_WORKER, model_dir, str(out_dir), kind, scenario)
-        env = {**os.environ, "ZEROSTD_WORKER_END_RUN": "1" if end_run else "0"}
-        done = run_from_root(command, timeout=TIMEOUT_S, env=env)
-        assert done.returncode == 0, done.stderr[-4000:]
-    results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
+        assert num_processes == 1
+        out_dir.mkdir()
+        train_one(model_dir, str(out_dir), kind, scenario)
+        results = [json.loads((out_dir / "rank0.json").read_text())]
     assert [r["world_size"] for r in results] == [num_processes] * num_processes
     assert len({r["checksum"] for r in results}) == 1  # the replicas stayed in sync
     return results
@@ -37,12 +31,12 @@ def launch(model_dir, out_dir, kind, scenario, num_processes=2, end_run=True):
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 @pytest.mark.parametrize("scenario", ["masking", "masking_exclude"])
-def test_two_processes_match_one(tiny_model_dir, tmp_path, kind, scenario):
+def test_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path, kind, scenario):
     """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes; under
     "exclude" each rank still hands TRL's loss as many rows (it gathers one value per row across ranks)."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", kind, scenario)
+    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", kind, scenario)
     assert {row["prompt"] for row in ranks[0]["rows"]} != {row["prompt"] for row in ranks[1]["rows"]}
-    single = launch(tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
+    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)  # advantages bit-identical
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
     assert tied and all(row["tokens"] == 0 and row["advantage"] == 0.0 for row in tied)
@@ -51,12 +45,12 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path, kind, scenario):
     assert single[0]["logs"][0]["zero_std/masked_group_frac"] == 0.5
 
 
-def test_entropy_signal_two_processes_match_one(tiny_model_dir, tmp_path):
+def test_entropy_signal_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path):
     """At the first step one rank gets the tied group only, the other the informative one: the tied rows train on
     their entropy-shaped advantages, the parameters are one process's, and the logged advantage sizes are summed over
     ranks."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
-    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
+    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
+    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
     assert {"1+1="} in [{row["prompt"] for row in rank["rows"][:4]} for rank in ranks]  # the first step's
     assert by_row(ranks) == by_row(single)
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
@@ -69,10 +63,11 @@ def test_entropy_signal_two_processes_match_one(tiny_model_dir, tmp_path):
         assert dp_step["zero_std/tied_trained_group_frac"] == single_step["zero_std/tied_trained_group_frac"] == 0.5
 
 
-def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
+@pytest.mark.every_trl
+def test_dynamic_sampling_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path):
     """Same rounds, same groups kept, same rows and advantages on 2 ranks as on one; no trained group is tied."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
-    single = launch(tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
+    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
+    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
     assert by_row(ranks) == by_row(single)
     assert all(row["tokens"] > 0 for row in single[0]["rows"]) and "1+1=" not in {
         r["prompt"] for r in single[0]["rows"]
@@ -83,9 +78,9 @@ def test_dynamic_sampling_two_processes_match_one(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("num_processes", [1, 2])
-def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir, tmp_path, num_processes):
+def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(ddp_runs, tiny_model_dir, tmp_path, num_processes):
     """Every group zero-variance: 3 rounds, then the batch trains masked; no rank hangs, no parameter moves."""
-    results = launch(tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes)
+    results = launch(ddp_runs, tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes)
     for result in results:
         assert result["checksum"] == result["checksum_before"]
     assert results[0]["logs"][0]["dynamic_sampling/cap_reached"] == 1.0
@@ -93,11 +88,11 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(tiny_model_dir,
 
 
 @pytest.mark.parametrize("scenario", ["skipping", "skipping_alone", "skipping_streaming"])
-def test_prompt_skipping_two_processes_match_one(tiny_model_dir, tmp_path, scenario):
+def test_prompt_skipping_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path, scenario):
     """Every rank records the same success rates per prompt and takes the same skip decisions as one process (a
     streaming dataset: every rank reads the same rows and keys their histories by the same hashes)."""
-    ranks = launch(tiny_model_dir, tmp_path / "dp", "grpo", scenario, end_run=False)
-    single = launch(tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
+    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", scenario)
+    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)
     for result in ranks:
         assert result["skip_rates"] == single[0]["skip_rates"]

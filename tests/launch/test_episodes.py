@@ -16,7 +16,12 @@ EPISODE_WORKER = "tests.launch.episode_worker"
 
 @pytest.mark.parametrize(
     "engine,feature,processes",
-    [("hf", "dynamic_skipping", 2), ("server", "dynamic", 2), ("colocate", "skipping", 2), ("colocate", "dynamic", 1)],
+    [
+        ("hf", "dynamic_skipping", 2),
+        pytest.param("server", "dynamic", 2, marks=pytest.mark.every_trl),
+        ("colocate", "skipping", 2),
+        ("colocate", "dynamic", 1),
+    ],
 )
 def test_each_rollout_keeps_its_episode(tiny_tool_model_dir, tmp_path, engine, feature, processes):
     command = (one_process_command if processes == 1 else two_process_command)(

@@ -30,7 +30,7 @@ def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
         ("ours", 2),
         ("ours-streaming", 2),
         ("ours-prior", 2),
-        ("ours-skipping", 2),
+        pytest.param("ours-skipping", 2, marks=pytest.mark.every_trl),
         ("ours-entropy", 2),
         ("base", 1),
     ],

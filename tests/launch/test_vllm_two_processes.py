@@ -4,30 +4,42 @@ process's, with prompt skipping and with tied groups training on their entropy-s
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.support.launching import VLLM_WORKER, by_row, one_process_command, run_from_root, two_process_command
+from tests.support.launching import VLLM_WORKER, by_row, launch_runs, one_process_command, two_process_command
 from tests.support.vllm_cases import GLOBAL_BATCH
 
+CASES = [
+    ("grpo", "server", "dynamic"),
+    pytest.param("grpo", "colocate", "dynamic_skipping", marks=pytest.mark.every_trl),
+    ("rloo", "server", "dynamic"),
+    ("grpo", "server", "skipping"),
+    pytest.param("grpo", "server", "entropy", marks=pytest.mark.every_trl),
+]
+RUNS = ["-".join(case.values if hasattr(case, "values") else case) for case in CASES]
+TIMEOUT_S = 600
 
-@pytest.mark.parametrize(
-    "kind,mode,feature",
-    [
-        ("grpo", "server", "dynamic"),
-        ("grpo", "colocate", "dynamic_skipping"),
-        ("rloo", "server", "dynamic"),
-        ("grpo", "server", "skipping"),
-        ("grpo", "server", "entropy"),
-    ],
-)
-def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind, mode, feature):
+
+@pytest.fixture(scope="module")
+def vllm_runs(tiny_model_dir, tmp_path_factory):
+    """``{processes: {run: per-rank results}}``: every case in one launch over 2 processes and in one process."""
+    runs = {}
+    for processes, command in ((2, two_process_command), (1, one_process_command)):
+        out_root = tmp_path_factory.mktemp(f"vllm-{processes}")
+        launch = command(VLLM_WORKER, tiny_model_dir, str(out_root), *RUNS)
+        runs[processes] = launch_runs(launch, out_root, RUNS, num_processes=processes, timeout=TIMEOUT_S)
+        for results in runs[processes].values():
+            assert len({result["checksum"] for result in results}) == 1  # the replicas stayed in sync
+    return runs
+
+
+@pytest.mark.parametrize("kind,mode,feature", CASES)
+def test_two_processes_generate_and_train_as_one(vllm_runs, kind, mode, feature):
     """Two ranks over gloo (server: rank 0 asks the engine for every rank's rows and each takes its slice; colocate:
     an engine per rank): every row is its own prompt's, the calls stay within TRL's sizes, and the rows, advantages
     and parameters equal one process's."""
-    ranks = launch_vllm(tiny_model_dir, tmp_path / "dp", kind, mode, feature)
-    single = launch_vllm(tiny_model_dir, tmp_path / "single", kind, mode, feature, num_processes=1)
+    run = f"{kind}-{mode}-{feature}"
+    ranks, single = vllm_runs[2][run], vllm_runs[1][run]
     for result in ranks + single:
         assert result["scored_rows"] == 0 or not result["foreign"], result["foreign"][:3]
         per_rank = GLOBAL_BATCH // result["world_size"]
@@ -40,14 +52,3 @@ def test_two_processes_generate_and_train_as_one(tiny_model_dir, tmp_path, kind,
     assert ranks[0]["checksum"] == pytest.approx(single[0]["checksum"], rel=1e-6)
     if feature == "entropy":  # "1+1=" always right: its tied rows train, their advantages shaped at the loss
         assert any(prompt == "1+1=" and tokens > 0 for prompt, _, _, tokens in rows)
-
-
-def launch_vllm(model_dir, out_dir, kind, mode, feature, num_processes=2):
-    out_dir.mkdir()
-    args = [model_dir, str(out_dir), kind, mode, feature]
-    command = (one_process_command if num_processes == 1 else two_process_command)(VLLM_WORKER, *args)
-    done = run_from_root(command, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
-    assert len({result["checksum"] for result in results}) == 1  # the replicas stayed in sync
-    return results

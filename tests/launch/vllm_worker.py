@@ -6,7 +6,8 @@ Trains ``max_steps`` steps on a global batch of 8 rows (two groups of 4) and wri
 (prompt, completion, advantage, loss tokens), the scored rows whose completion came from another prompt, the engine's
 calls and syncs, and a parameter checksum.
 
-Usage: python -m tests.launch.vllm_worker MODEL_DIR OUT_DIR KIND MODE FEATURE
+Usage: python -m tests.launch.vllm_worker MODEL_DIR OUT_ROOT RUN [RUN ...], where RUN is ``KIND-MODE-FEATURE``,
+written to ``OUT_ROOT/RUN/rank{r}.json``: one launch runs every RUN in turn, each a trainer and an engine of its own.
 """
 
 import json
@@ -25,7 +26,17 @@ from tests.support.trainers import OUR_CLASSES, move_policy_away
 from tests.support.vllm_cases import DATA, FEATURES, GLOBAL_BATCH, TEXTS, VLLM, OriginReward
 
 
-def main(model_dir, out_dir, kind, mode, feature):
+def main(model_dir, out_root, *runs):
+    """Every run of ``runs`` in turn; returns the accelerator (its state is the process's, shared by the runs)."""
+    for run in runs:
+        out_dir = os.path.join(out_root, run)
+        os.makedirs(out_dir, exist_ok=True)
+        accelerator = train_one(model_dir, out_dir, *run.split("-"))
+    return accelerator
+
+
+def train_one(model_dir, out_dir, kind, mode, feature):
+    """One run: our ``kind`` trainer on TRL's vLLM code in ``mode`` with ``feature`` on; writes this rank's result."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     tokenizer = build_tokenizer()
     with pytest.MonkeyPatch.context() as monkeypatch:

@@ -6,6 +6,7 @@ tasks and the tiny model the workers build) is put on ``PYTHONPATH``, as pytest'
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,12 +31,13 @@ def one_process_command(module: str, *args: str) -> list[str]:
     return [sys.executable, *([module] if module.endswith(".py") else ["-m", module]), *args]
 
 
-def two_process_command(module: str, *args: str) -> list[str]:
-    """``accelerate launch -m module args`` over 2 CPU processes (gloo), on a free port; a ``module`` ending in
-    ``.py`` is a script launched by path."""
+def two_process_command(module: str, *args: str, config_file: Path | None = None) -> list[str]:
+    """``accelerate launch -m module args`` over 2 CPU processes (gloo), on a free port, data-parallel or as
+    ``config_file`` says (FSDP2, ZeRO-3); a ``module`` ending in ``.py`` is a script launched by path."""
     target = [module] if module.endswith(".py") else ["-m", module]
+    layout = ["--config_file", str(config_file)] if config_file else ["--multi_gpu"]
     return [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        sys.executable, "-m", "accelerate.commands.launch", *layout, "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
         *target, *args,
     ]  # fmt: skip
@@ -53,6 +55,20 @@ def run_from_root(command: list[str], timeout: float, env: dict | None = None) -
     return subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=scripts_on_path(env)
     )
+
+
+def launch_runs(
+    command: list[str], out_root: Path, runs: list[str], num_processes: int, timeout: float, env: dict | None = None
+) -> dict[str, list[dict]]:
+    """Run ``command``, a worker launched once for every run of ``runs`` (it writes ``out_root/run/rank{r}.json``),
+    and return each run's per-rank results. A launch's cost is mostly its processes importing torch, transformers
+    and TRL, a dozen seconds each on 2 cores: one launch per layout, not per run."""
+    done = run_from_root(command, timeout=timeout, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return {
+        run: [json.loads((out_root / run / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
+        for run in runs
+    }
 
 
 def by_row(results):

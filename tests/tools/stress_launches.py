@@ -36,27 +36,27 @@ FSDP2 = ["--config_file", str(SCRIPTS / "accelerate" / "fsdp2.yaml")]
 ZERO3 = ["--config_file", str(SCRIPTS / "accelerate" / "deepspeed_zero3.yaml")]
 FSDP_ENV = {"ACCELERATE_USE_CPU": "true", "ZEROSTD_TEST_CPU_FSDP": "1"}
 ZERO3_ENV = {"DS_ACCELERATOR": "cpu", "ACCELERATE_USE_CPU": "false"}
-# name -> (launch flags, worker arguments after MODEL_DIR OUT_DIR, extra environment); "example-*": a user's run
+# name -> (launch flags, worker arguments after MODEL_DIR OUT_ROOT, extra environment); "example-*": a user's run
 KINDS = {
     "example-train-grpo": (DDP, [], {}),
-    "ddp-grpo-masking": (DDP, ["grpo", "masking"], {}),
-    "ddp-rloo-masking": (DDP, ["rloo", "masking"], {}),
-    "ddp-grpo-base-trl": (DDP, ["grpo", "masking", "base"], {}),
-    "ddp-grpo-dynamic": (DDP, ["grpo", "dynamic"], {}),
-    "ddp-grpo-dynamic-cap": (DDP, ["grpo", "dynamic_cap"], {}),
-    "ddp-grpo-skipping": (DDP, ["grpo", "skipping"], {}),
-    "fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours"], FSDP_ENV),
-    "fsdp2-rloo": (FSDP2, ["rloo", "masking", "ours"], FSDP_ENV),
-    "zero3-grpo": (ZERO3, ["grpo", "masking"], ZERO3_ENV),
-    "zero3-rloo": (ZERO3, ["rloo", "masking"], ZERO3_ENV),
+    "ddp-grpo-masking": (DDP, ["grpo-masking"], {}),
+    "ddp-rloo-masking": (DDP, ["rloo-masking"], {}),
+    "ddp-grpo-base-trl": (DDP, ["grpo-masking-base"], {}),
+    "ddp-grpo-dynamic": (DDP, ["grpo-dynamic"], {}),
+    "ddp-grpo-dynamic-cap": (DDP, ["grpo-dynamic_cap"], {}),
+    "ddp-grpo-skipping": (DDP, ["grpo-skipping"], {}),
+    "fsdp2-grpo": (FSDP2, ["grpo-masking"], FSDP_ENV),
+    "fsdp2-rloo": (FSDP2, ["rloo-masking"], FSDP_ENV),
+    "zero3-grpo": (ZERO3, ["grpo-masking"], ZERO3_ENV),
+    "zero3-rloo": (ZERO3, ["rloo-masking"], ZERO3_ENV),
 }
 NO_END_RUN = {"ZEROSTD_WORKER_END_RUN": "0"}  # a user's script: no end_run, our trainer's exit handler alone
 USER_KINDS = {
-    "user-ddp-grpo-skipping": (DDP, ["grpo", "skipping"], NO_END_RUN),
-    "user-ddp-rloo-masking": (DDP, ["rloo", "masking"], NO_END_RUN),
-    "user-fsdp2-grpo": (FSDP2, ["grpo", "masking", "ours"], {**FSDP_ENV, **NO_END_RUN}),
-    "user-zero3-grpo": (ZERO3, ["grpo", "masking"], {**ZERO3_ENV, **NO_END_RUN}),
-    "user-ddp-base-trl": (DDP, ["grpo", "masking", "base"], NO_END_RUN),  # TRL's trainer: no handler (control)
+    "user-ddp-grpo-skipping": (DDP, ["grpo-skipping"], NO_END_RUN),
+    "user-ddp-rloo-masking": (DDP, ["rloo-masking"], NO_END_RUN),
+    "user-fsdp2-grpo": (FSDP2, ["grpo-masking"], {**FSDP_ENV, **NO_END_RUN}),
+    "user-zero3-grpo": (ZERO3, ["grpo-masking"], {**ZERO3_ENV, **NO_END_RUN}),
+    "user-ddp-base-trl": (DDP, ["grpo-masking-base"], NO_END_RUN),  # TRL's trainer: no handler (control)
 }
 TORCH_KINDS = {  # not in the default --kinds: plain torch, this module as the worker
     "torch-gloo-no-destroy": (DDP, ["--gloo-worker", "no-destroy"], {}),

@@ -56,6 +56,7 @@ def accumulated_grads(trainer, batches):
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 def test_accumulation_keeps_masks_and_normalisers(make_trainer, loss_type):
     """gradient_accumulation_steps=2 (so steps_per_generation=2): each micro-batch carries the masks decided on the
@@ -79,6 +80,7 @@ def test_accumulation_keeps_masks_and_normalisers(make_trainer, loss_type):
     )
 
 
+@pytest.mark.every_trl
 def test_exclude_under_accumulation_matches_trl_without_masked_rows(make_trainer, monkeypatch):
     """dapo's num_items_in_batch spans the generation batch: recounted once, right for every micro-batch. Unshuffled,
     ours' first micro-batch is the tied group (all masked: one row forwarded at zero weight) and its second is
@@ -100,6 +102,7 @@ def test_exclude_under_accumulation_matches_trl_without_masked_rows(make_trainer
     assert_grads_close(accumulated_grads(ours, ours_batches), base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_steps_per_generation_keeps_masks_and_normalisers(make_trainer):
     """steps_per_generation=2 with no accumulation: one generation batch feeds two optimizer steps (old log-probs
     computed), each micro-batch carries the masks of the whole batch and its loss is TRL's ('keep', beta=0)."""
@@ -118,6 +121,7 @@ def test_steps_per_generation_keeps_masks_and_normalisers(make_trainer):
         )
 
 
+@pytest.mark.every_trl
 def test_later_iterations_reuse_the_masks(make_trainer):
     """num_iterations=2: the second pass over a generation batch (policy moved, old log-probs from generation) keeps
     the masks, and the tied rows still put exactly zero gradient, KL term included."""
@@ -133,6 +137,7 @@ def test_later_iterations_reuse_the_masks(make_trainer):
     assert_all_zero(grads["ours"])
 
 
+@pytest.mark.every_trl
 def test_peft_lora_reference_is_the_base_model(make_trainer):
     """LoRA: the reference is the model with adapters disabled; the KL-gradient fix holds for the adapters."""
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
@@ -351,6 +356,7 @@ def test_group_mixing_prompts_is_an_error(make_trainer, kind):
 TRUNCATED_INFORMATIVE = ["5 x|"] + INFORMATIVE[1:]  # the first row truncated (masked by TRL), the rest informative
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalization", ["keep", "exclude"])
 @pytest.mark.parametrize(("kind", "loss_type"), [*(("grpo", loss) for loss in LOSS_TYPES), ("rloo", None)])
 def test_skipping_masked_rows_in_the_loss_changes_nothing_but_compute(make_trainer, kind, loss_type, normalization):
@@ -386,6 +392,7 @@ def test_skipping_masked_rows_in_the_loss_changes_nothing_but_compute(make_train
     assert_grads_close(ours_grads, {name: grad * scale for name, grad in base_grads.items()}, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_logged_token_means_cover_the_trained_tokens(make_trainer):
     """Under 'keep', TRL's kl, entropy and clip-ratio means are over the trained tokens, as TRL's own are when the
     masked rows' tokens are out of its loss mask. num_iterations=2 and a policy moved after generation make the
@@ -402,6 +409,7 @@ def test_logged_token_means_cover_the_trained_tokens(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 def test_masked_rows_have_a_zero_tool_mask(make_trainer):
     """SEMANTICS: a masked row's completion_mask and tool_mask are all zero; a trained row keeps TRL's tool mask."""
     batch = train_batch(make_trainer(), MIXED_PROMPTS, TIED + INFORMATIVE, tool_mask=tool_mask)
@@ -425,6 +433,7 @@ def test_all_masked_batch_gives_a_moe_auxiliary_loss_zero_weight(make_trainer, t
     assert grad_norm({k: g for k, g in mixed.items() if "gate" in k}) > 0  # the router trains on trained rows
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_a_trainer_built_without_init_falls_back_to_trl(make_trainer, kind):
     """TRL's own tests build trainers with ``object.__new__`` and set attributes by hand: our overrides then find no

@@ -35,6 +35,7 @@ def test_an_unknown_command_is_refused_with_the_usage():
         cli.main(["ppo"])
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("command", ["grpo", "rloo"])
 def test_a_local_model_and_dataset_train_with_our_trainer(command, tiny_model_dir, tmp_path):
     data = tmp_path / "data"

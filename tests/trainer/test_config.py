@@ -62,6 +62,7 @@ def test_plain_trl_config_gets_defaults_and_is_validated(tmp_path):
         masking_settings(config)
 
 
+@pytest.mark.every_trl
 def test_every_field_is_a_cli_flag(tmp_path):
     (config,) = TrlParser((ZeroStdGRPOConfig,)).parse_args_into_dataclasses(
         [
@@ -91,12 +92,14 @@ def test_num_generations_below_two_is_refused(tmp_path):
         ZeroStdGRPOConfig(output_dir=str(tmp_path), **CPU, num_generations=1)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("version", ["1.14.0", "1.17.0", "0.29.1"])
 def test_unsupported_trl_is_refused_naming_the_installed_release_and_the_range(version):
     with pytest.raises(ImportError, match=rf"trl>=1\.14\.1,<1\.17\.0 .* but trl=={re.escape(version)} is installed"):
         check_trl_version(version)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("version", ["1.14.1", "1.15.0", "1.16.0", "1.16.3"])
 def test_every_release_of_the_range_is_accepted(version):
     check_trl_version(version)

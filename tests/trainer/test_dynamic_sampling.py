@@ -34,6 +34,7 @@ def test_tied_groups_are_replaced_by_informative_ones(make_trainer, kind):
     assert list(trainer._logs["prompt"])[-8:] == [p for p in group_prompts(trainer, batch) for _ in range(4)]
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_the_trained_batch_is_trls_on_the_same_groups(make_trainer, kind):
     """The refilled batch trains exactly as TRL trains a batch of the same groups (beta > 0, policy moved)."""

@@ -41,6 +41,7 @@ from trl_zerostd import ZeroStdGRPOTrainer
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_zero_variance_rows_put_no_kl_gradient(make_trainer, scale_rewards):
     """beta > 0, policy != reference: TRL's tied rows pull the policy (KL); ours put exactly zero gradient, and the
@@ -73,6 +74,7 @@ def test_zero_variance_rows_put_no_kl_gradient(make_trainer, scale_rewards):
     assert grad_norm({k: base_mixed[k] - ours_mixed[k] for k in ours_mixed}) > 1e-5
 
 
+@pytest.mark.every_trl
 def test_masked_rows_of_every_reason_put_no_kl_gradient(make_trainer):
     """Unscorable rows get advantage 0 in TRL 1.16 but keep their KL term; ours put no gradient at all."""
     reward = table_reward({"5 x": 1.0, "3": 0.0})  # the other completions are unscorable (None)
@@ -94,6 +96,7 @@ def test_masked_rows_of_every_reason_put_no_kl_gradient(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_keep_gradients_equal_trl_without_kl(make_trainer, loss_type):
     """'keep', beta=0, no entropy bonus: the fix removes nothing that had a reward behind it."""
@@ -106,6 +109,7 @@ def test_keep_gradients_equal_trl_without_kl(make_trainer, loss_type):
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_exclude_gradients_equal_trl_on_batch_without_masked_rows(make_trainer, loss_type):
     """'exclude': the gradients are TRL's on the informative group alone (beta > 0, policy moved)."""
@@ -119,6 +123,7 @@ def test_exclude_gradients_equal_trl_on_batch_without_masked_rows(make_trainer, 
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_exclude_recounts_num_items_with_tool_mask(make_trainer):
     """num_items_in_batch under 'exclude' counts the masked loss mask, tool tokens (tool_mask 0) left out."""
 
@@ -167,6 +172,7 @@ def test_zero_variance_decision_ignores_reward_scaling(make_trainer, scale_rewar
     assert metrics["zero_std/masked_token_frac"][-1] == pytest.approx(expected_tokens.item())
 
 
+@pytest.mark.every_trl
 def test_base_metrics_keep_their_meaning(make_trainer):
     base = make_trainer(ours=False)
     ours = make_trainer()
@@ -226,6 +232,7 @@ def vllm_batch(trainer, prompts, completions, rejected):
     return trainer._generate_and_score_completions(rows_of(trainer, prompts))
 
 
+@pytest.mark.every_trl
 def test_rejected_rows_are_trls_own_and_leave_the_baseline(make_trainer):
     advantages = {}
     for first in ("5 x", "9 yy"):
@@ -254,6 +261,7 @@ def test_rejected_rows_put_no_kl_gradient(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("num_generations_eval", [None, 1])
 def test_eval_is_bit_identical(make_trainer, num_generations_eval):
     config = dict(beta=0.1, num_generations_eval=num_generations_eval)
@@ -268,6 +276,7 @@ def test_eval_is_bit_identical(make_trainer, num_generations_eval):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 def test_zero_variance_step_leaves_the_parameters_untouched(make_trainer):
     """A real train() step (real generation, beta > 0, policy moved away from the reference) on a reward that ties
     every group: TRL's step moves the parameters through the KL term alone; ours leaves every one bit-identical."""
@@ -322,6 +331,7 @@ def recording_entropy_masks(trainer):
     return selected
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalization, zero_std_kl", [("keep", "mask"), ("exclude", "mask"), ("keep", "keep")])
 def test_entropy_quantile_selects_the_tokens_trl_selects_on_the_trained_rows(make_trainer, normalization, zero_std_kl):
     """top_entropy_quantile < 1: the high-entropy tokens that train are those TRL selects on the informative group
@@ -343,6 +353,7 @@ def test_entropy_quantile_selects_the_tokens_trl_selects_on_the_trained_rows(mak
         assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalization", ["keep", "exclude"])
 def test_adaptive_entropy_controller_reads_the_trained_rows(make_trainer, normalization):
     """use_adaptive_entropy: the mean entropy the controller reads, and so the coefficient it sets, are those of
@@ -360,6 +371,7 @@ def test_adaptive_entropy_controller_reads_the_trained_rows(make_trainer, normal
         assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_clip_ratio_extremes_cover_the_trained_rows(make_trainer):
     """clip_ratio/low_min and high_max are per-row extremes: masked rows (never clipped) must not enter them."""
     base, ours = clipped_loss_metrics(make_trainer, MIXED_PROMPTS, TIED + INFORMATIVE)
@@ -374,6 +386,7 @@ def known_limits() -> set[str]:
     return set(re.findall(r"`([\w/]+)`", paragraph))
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("config", [{"loss_type": "bnpo"}, {"zero_std_kl": "keep"}], ids=["bnpo-keep", "kl-kept"])
 def test_the_known_limits_name_every_logged_token_mean_with_untrained_tokens(make_trainer, config):
     """Under bnpo with 'keep' (the masked rows' tokens stay in TRL's mask for its normaliser) and for rows kept for
@@ -414,6 +427,7 @@ def test_image_inputs_tied_group_puts_no_kl_gradient(tiny_vlm, tmp_path):
     assert_all_zero(grads[True])
 
 
+@pytest.mark.every_trl
 def test_image_inputs_exclude_gradients_equal_trl_on_the_informative_group(tiny_vlm, tmp_path):
     """'exclude' with images (each prompt its own image): the masked group's rows leave the micro-batch, images
     included, and the gradients are TRL's on the informative group alone (beta > 0, policy moved)."""
@@ -470,6 +484,7 @@ def three_groups(trainer):
     return train_batch(trainer, THREE_PROMPTS, FAILED + TIED + INFORMATIVE)
 
 
+@pytest.mark.every_trl
 def test_keep_failed_trains_the_failed_group_on_its_kl_term_only(make_trainer):
     """The failed group's gradient is TRL's on that group (its advantage is 0, so TRL's gradient is the KL term
     alone), with no entropy bonus; the all-correct group's gradient is exactly 0."""
@@ -488,6 +503,7 @@ def test_keep_failed_trains_the_failed_group_on_its_kl_term_only(make_trainer):
     assert_all_zero(correct)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_keep_failed_leaves_the_informative_rows_as_under_mask(make_trainer, loss_type):
     """On a batch of a failed, an all-correct and an informative group, ours with keep_failed is TRL's loss with the
@@ -589,6 +605,7 @@ def test_keeping_the_kl_term_with_beta_0_is_refused_naming_both(make_trainer, ze
         make_trainer(beta=0.0, zero_std_kl=zero_std_kl)
 
 
+@pytest.mark.every_trl
 def test_get_high_entropy_mask_on_a_spec_mock_is_trls():
     """TRL's own TestGetHighEntropyMask calls the method on ``Mock(spec=GRPOTrainer)``, where every attribute of the
     class, our class-level ``_loss_call = None`` too, reads as a child Mock: the override must then be TRL's."""

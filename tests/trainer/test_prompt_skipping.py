@@ -12,6 +12,7 @@ from trl_zerostd.sampling.streams import PromptStream
 from trl_zerostd.trainer.state import SKIP_STATE_FILE
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_a_prompt_tied_before_is_skipped_and_its_rates_say_why(make_trainer, kind):
     """ "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of the groups it would get without

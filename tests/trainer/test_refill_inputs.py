@@ -17,6 +17,7 @@ from trl_zerostd.sampling.skipping import history_key
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 @pytest.mark.parametrize("skipping", [False, True])
 def test_refilled_rows_keep_their_images(tiny_vlm, tmp_path, kind, skipping):
@@ -77,6 +78,7 @@ def test_streaming_skip_history_is_keyed_by_the_prompt(make_trainer):
     assert trainer._metrics["train"]["prompt_skip/hash_evictions"][-1] == 0
 
 
+@pytest.mark.every_trl
 def test_streaming_skipping_gives_a_skipped_prompts_place_to_the_next_row(make_trainer):
     """Prompt skipping alone on a stream: "1+1=" (the stream's first row, hashed) is skipped and its place goes to
     the next row drawn; both groups generate and train, and the stream moved by the three rows it read."""
@@ -103,6 +105,7 @@ def test_streaming_skipping_names_a_missing_key_field(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("skipping", [False, True])
 def test_environment_episodes_refill_with_their_environments(tiny_tool_model_dir, tmp_path, skipping):
     """environment_factory with dynamic sampling (and prompt skipping): the refill rounds' prompts get their

@@ -48,6 +48,7 @@ def test_a_resume_may_change_how_each_batch_trains_and_says_so_once(make_trainer
         assert f"{name}: the checkpoint" in warnings[0] and f"this run {value!r}" in warnings[0]
 
 
+@pytest.mark.every_trl
 def test_a_trl_checkpoint_resumes_with_skipping_and_dynamic_sampling_starting_fresh(make_trainer, tmp_path, caplog):
     """TRL's own checkpoint has no state of ours: the stream and the skip histories start fresh, said once."""
     run_dir = str(tmp_path / "run")

@@ -38,6 +38,7 @@ def make_pair(make_trainer, move=True, **config):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalize_advantages", [False, True])
 def test_tied_group_puts_no_kl_gradient(make_trainer, normalize_advantages):
     """beta > 0, policy != reference: TRL trains the tied group on differences of KL terms; ours puts exactly zero
@@ -64,6 +65,7 @@ def test_tied_group_puts_no_kl_gradient(make_trainer, normalize_advantages):
     assert grad_norm({k: base_mixed[k] - ours_mixed[k] for k in ours_mixed}) > 1e-5  # TRL does leak
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalize_advantages", [False, True])
 def test_keep_divides_by_every_row(make_trainer, normalize_advantages):
     """'keep': RLOO's per-sequence mean still counts the 4 tied rows, so ours on the mixed batch of 8 rows is exactly
@@ -76,6 +78,7 @@ def test_keep_divides_by_every_row(make_trainer, normalize_advantages):
     assert_grads_close(ours_grads, {k: g / 2 for k, g in base_grads.items()}, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_keep_gradients_equal_trl_without_kl(make_trainer):
     """'keep', beta=0 (no batch statistic: normalize_advantages=False): TRL already gives the tied rows advantage 0,
     so the fix removes nothing that had a reward behind it and the gradients are TRL's."""
@@ -117,6 +120,7 @@ def test_masked_long_completions_keep_a_finite_loss(make_trainer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalize_advantages", [False, True])
 def test_advantages_are_trls_when_nothing_is_masked(make_trainer, normalize_advantages):
     """With masking off and every row scorable (nothing masked), the recomputed advantages (KL penalty recorded from
@@ -140,6 +144,7 @@ def test_advantages_are_trls_when_nothing_is_masked(make_trainer, normalize_adva
     assert base._metrics["train"]["kl"][-1] != 0.0  # the KL term is really there
 
 
+@pytest.mark.every_trl
 def test_kl_is_recorded_from_the_adapter_free_reference_under_peft(make_trainer):
     """Under PEFT TRL gets the reference log-probs from the policy with its adapter disabled, not from a ref_model:
     the recorded KL is still TRL's (masking off: advantages bit-identical), and the tied rows still put no
@@ -189,6 +194,7 @@ def test_zero_variance_is_decided_on_the_clipped_reward(make_trainer, clip):
         torch.testing.assert_close(batch["advantages"], torch.tensor([-2.0, -2.0 / 3, 2.0 / 3, 2.0]))
 
 
+@pytest.mark.every_trl
 def test_base_metrics_keep_their_meaning(make_trainer):
     # The tied rows skip the scoring forwards, so TRL's kl and frac_reward_zero_std see their KL as 0
     # (tests/trainer/test_adapter.py::test_scoring_forwards_skip_masked_rows_and_change_nothing_else)
@@ -232,6 +238,7 @@ def test_truncated_outlier_does_not_move_siblings(make_trainer, normalize_advant
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("num_generations_eval", [None, 1])
 def test_eval_is_bit_identical(make_trainer, num_generations_eval):
     base, ours = make_pair(
@@ -247,6 +254,7 @@ def test_eval_is_bit_identical(make_trainer, num_generations_eval):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 def test_zero_variance_step_leaves_the_parameters_untouched(make_trainer):
     """A real train() step (real generation, beta > 0, policy moved away from the reference) on a reward that ties
     every group: TRL's step moves the parameters through the KL term alone; ours leaves every one bit-identical."""

@@ -107,6 +107,7 @@ def test_entropy_signal_gradient_is_the_hand_computed_one(make_trainer, loss_typ
     assert grad_norm(without) > 1e-3 * grad_norm(expected[SCALE])  # the tied rows' signal is in the gradient
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_trainer, loss_type):
     """Under each of TRL's losses, the gradient is TRL's own on the same batch once its tied rows' advantages are the
@@ -137,6 +138,7 @@ def test_entropy_signal_trains_as_trl_on_the_shaped_token_advantages(make_traine
     assert_grads_close(ours_grads, base_grads, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("level", ["token", "sequence"])
 def test_without_a_tied_group_the_signal_trains_and_logs_as_trl(make_trainer, level):
     """A batch of informative groups only, off-policy so that the clipping acts: the loss, the gradient and every
@@ -213,6 +215,7 @@ def three_outcomes(prompts):
     return completions
 
 
+@pytest.mark.every_trl
 def test_eval_is_untouched(make_trainer):
     """In eval mode the batch TRL scores (tied groups included), its loss and ``evaluate()``'s metrics are TRL's own:
     the entropy rule acts in the training loss only."""

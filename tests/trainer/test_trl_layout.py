@@ -4,9 +4,13 @@ a trainer hands the rows that train to the last round's pass."""
 
 from __future__ import annotations
 
+import pytest
+
 from trl_zerostd.trainer import trl_layout
 from trl_zerostd.trainer.grpo import ZeroStdGRPOTrainer
 from trl_zerostd.trainer.rloo import ZeroStdRLOOTrainer
+
+pytestmark = pytest.mark.every_trl  # the layout of TRL's values, which a release may change
 
 
 def grpo_record(images):

@@ -81,6 +81,7 @@ def test_importance_sampling_correction_under_dynamic_sampling(vllm_trainer, mod
     assert rejected and all(frac == (1.0 if is_mode == "sequence_mask" else 0.0) for frac in rejected)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("feature", ["dynamic", "dynamic_skipping"])
 def test_sleep_mode_syncs_once_per_generation_batch(vllm_trainer, feature):
     """Colocated vLLM under sleep mode: the engine wakes, takes the weights once and sleeps once per generation batch,
@@ -106,6 +107,7 @@ def test_sleep_mode_syncs_once_per_generation_batch(vllm_trainer, feature):
     assert_engine_invariants(trainer, engine, reward, steps=batches)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("mode", ["server", "colocate"])
 def test_rounds_are_decoded_in_calls_no_larger_than_trls(vllm_trainer, mode):
     """A first round of two generation batches (dynamic sampling sizes it by the informative rate seen) is decoded as

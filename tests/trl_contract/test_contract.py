@@ -23,6 +23,8 @@ from tests.support.trainers import MIXED_PROMPTS, rows_of, stub_generation
 from trl_zerostd import core
 from trl_zerostd.trainer import trl_layout
 
+pytestmark = pytest.mark.every_trl  # the contract is what each release is checked against
+
 TRAINERS = {"grpo": GRPOTrainer, "rloo": RLOOTrainer}
 COMPLETIONS = ["2", "2 a", "2 bb", "2", "5 x", "3", "5", "9 yy"]  # a tied group and an informative one
 

@@ -1,0 +1,22 @@
+"""The launch every data-parallel test reads: every run of ``dp_worker.DDP_RUNS`` in one 2-process launch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.launch.dp_worker import DDP_RUNS
+from tests.support.launching import DP_WORKER, launch_runs, two_process_command
+
+TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="session")
+def ddp_runs(tiny_model_dir, tmp_path_factory) -> dict[str, list[dict]]:
+    """``{run: per-rank results}`` of one data-parallel launch over 2 processes (gloo) running every run in turn,
+    ended as a user's script ends: no ``end_run``, the trainer's exit handler alone ends the process group."""
+    out_root = tmp_path_factory.mktemp("ddp")
+    command = two_process_command(DP_WORKER, tiny_model_dir, str(out_root), *DDP_RUNS)
+    env = {**os.environ, "ZEROSTD_WORKER_END_RUN": "0"}
+    return launch_runs(command, out_root, DDP_RUNS, num_processes=2, timeout=TIMEOUT_S, env=env)
