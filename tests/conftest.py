@@ -4,8 +4,11 @@ itself imports it from there)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from transformers import AutoModelForCausalLM
+from trl import GRPOTrainer, RLOOTrainer
 
 from demo.tiny_model import build_tokenizer, save_tiny_model
 from tests.support.models import TinyVLM, save_tiny_moe_model, save_tiny_tool_model, tiny_llava, tiny_qwen2vl
@@ -27,19 +30,27 @@ def base_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
 
 
+@pytest.fixture(autouse=True)
+def trls_trainer_only_where_every_trl(request, monkeypatch):
+    """A test that builds TRL's own trainer compares against it, so it runs on every release of the range: building
+    one (``GRPOTrainer`` or ``RLOOTrainer`` itself, not our subclasses) fails a test not marked ``every_trl``."""
+    if request.node.get_closest_marker("every_trl") is not None:
+        return
+    for trl_class in (GRPOTrainer, RLOOTrainer):
+
+        def init(self, *args, _trl_class=trl_class, _init=trl_class.__init__, **kwargs):
+            if type(self) is _trl_class:
+                pytest.fail(f"{request.node.name} builds TRL's own {_trl_class.__name__}: mark it every_trl")
+            _init(self, *args, **kwargs)
+
+        monkeypatch.setattr(trl_class, "__init__", init)
+
+
 @pytest.fixture
-def make_trainer(tokenizer, base_model, tmp_path, request):
+def make_trainer(tokenizer, base_model, tmp_path):
     """``make_trainer(kind, ours=True, reward_funcs=..., **config)`` -> a trainer on a fresh copy of the model
-    (``tests.support.trainers.build_trainer``; ``streaming``: the train set as an ``IterableDataset``). A test that
-    builds TRL's own trainer (``ours=False``) compares against it, so it must run on every release of the range: it is
-    refused unless marked ``every_trl``."""
-
-    def make(*args, ours=True, **kwargs):
-        if not ours and request.node.get_closest_marker("every_trl") is None:
-            pytest.fail(f"{request.node.name} compares against TRL's own trainer: mark it @pytest.mark.every_trl")
-        return build_trainer(tokenizer, base_model, tmp_path, *args, ours=ours, **kwargs)
-
-    return make
+    (``tests.support.trainers.build_trainer``; ``streaming``: the train set as an ``IterableDataset``)."""
+    return functools.partial(build_trainer, tokenizer, base_model, tmp_path)
 
 
 @pytest.fixture(scope="session", params=["llava", "qwen2vl"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.launch.dp_worker import DDP_RUNS
@@ -14,9 +12,8 @@ TIMEOUT_S = 600
 
 @pytest.fixture(scope="session")
 def ddp_runs(tiny_model_dir, tmp_path_factory) -> dict[str, list[dict]]:
-    """``{run: per-rank results}`` of one data-parallel launch over 2 processes (gloo) running every run in turn,
-    ended as a user's script ends: no ``end_run``, the trainer's exit handler alone ends the process group."""
+    """``{run: per-rank results}`` of one data-parallel launch over 2 processes (gloo) running every run in turn
+    (``launch_runs`` checks each run's world size and that its replicas stayed in sync)."""
     out_root = tmp_path_factory.mktemp("ddp")
     command = two_process_command(DP_WORKER, tiny_model_dir, str(out_root), *DDP_RUNS)
-    env = {**os.environ, "ZEROSTD_WORKER_END_RUN": "0"}
-    return launch_runs(command, out_root, DDP_RUNS, num_processes=2, timeout=TIMEOUT_S, env=env)
+    return launch_runs(command, out_root, DDP_RUNS, num_processes=2, timeout=TIMEOUT_S)

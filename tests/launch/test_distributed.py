@@ -14,19 +14,17 @@ from tests.support.launching import by_row
 from trl_zerostd.sampling.skipping import history_key
 
 
-def launch(ddp_runs, model_dir, out_dir, kind, scenario, num_processes=2):
-    """The per-rank results of ``scenario``: in 2 processes, the session's one data-parallel launch of every run
-    (``ddp_runs``, ended as a user's script ends: the trainer's exit handler alone); in 1, trained in this process."""
+def results_of(ddp_runs, model_dir, out_dir, kind, scenario, num_processes=2):
+    """The per-rank results of ``scenario``: in 2 processes, from the session's one data-parallel launch of every run
+    (``ddp_runs``); in 1, trained in this process."""
     if num_processes == 2:
-        results = ddp_runs[run_name(kind, scenario)]
-    else:
-        assert num_processes == 1
-        out_dir.mkdir()
-        train_one(model_dir, str(out_dir), kind, scenario)
-        results = [json.loads((out_dir / "rank0.json").read_text())]
-    assert [r["world_size"] for r in results] == [num_processes] * num_processes
-    assert len({r["checksum"] for r in results}) == 1  # the replicas stayed in sync
-    return results
+        return ddp_runs[run_name(kind, scenario)]
+    assert num_processes == 1
+    out_dir.mkdir()
+    train_one(model_dir, str(out_dir), kind, scenario)
+    result = json.loads((out_dir / "rank0.json").read_text())
+    assert result["world_size"] == 1
+    return [result]
 
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
@@ -34,9 +32,9 @@ def launch(ddp_runs, model_dir, out_dir, kind, scenario, num_processes=2):
 def test_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path, kind, scenario):
     """One rank gets the tied group only (all its rows masked: one row forwarded at zero weight) and finishes; under
     "exclude" each rank still hands TRL's loss as many rows (it gathers one value per row across ranks)."""
-    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", kind, scenario)
+    ranks = results_of(ddp_runs, tiny_model_dir, tmp_path / "dp", kind, scenario)
     assert {row["prompt"] for row in ranks[0]["rows"]} != {row["prompt"] for row in ranks[1]["rows"]}
-    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
+    single = results_of(ddp_runs, tiny_model_dir, tmp_path / "single", kind, scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)  # advantages bit-identical
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
     assert tied and all(row["tokens"] == 0 and row["advantage"] == 0.0 for row in tied)
@@ -49,8 +47,8 @@ def test_entropy_signal_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_pa
     """At the first step one rank gets the tied group only, the other the informative one: the tied rows train on
     their entropy-shaped advantages, the parameters are one process's, and the logged advantage sizes are summed over
     ranks."""
-    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
-    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
+    ranks = results_of(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "entropy")
+    single = results_of(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "entropy", num_processes=1)
     assert {"1+1="} in [{row["prompt"] for row in rank["rows"][:4]} for rank in ranks]  # the first step's
     assert by_row(ranks) == by_row(single)
     tied = [row for row in single[0]["rows"] if row["prompt"] == "1+1="]
@@ -66,8 +64,8 @@ def test_entropy_signal_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_pa
 @pytest.mark.every_trl
 def test_dynamic_sampling_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path):
     """Same rounds, same groups kept, same rows and advantages on 2 ranks as on one; no trained group is tied."""
-    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
-    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
+    ranks = results_of(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", "dynamic")
+    single = results_of(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", "dynamic", num_processes=1)
     assert by_row(ranks) == by_row(single)
     assert all(row["tokens"] > 0 for row in single[0]["rows"]) and "1+1=" not in {
         r["prompt"] for r in single[0]["rows"]
@@ -80,7 +78,9 @@ def test_dynamic_sampling_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_
 @pytest.mark.parametrize("num_processes", [1, 2])
 def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(ddp_runs, tiny_model_dir, tmp_path, num_processes):
     """Every group zero-variance: 3 rounds, then the batch trains masked; no rank hangs, no parameter moves."""
-    results = launch(ddp_runs, tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes)
+    results = results_of(
+        ddp_runs, tiny_model_dir, tmp_path / "run", "grpo", "dynamic_cap", num_processes=num_processes
+    )
     for result in results:
         assert result["checksum"] == result["checksum_before"]
     assert results[0]["logs"][0]["dynamic_sampling/cap_reached"] == 1.0
@@ -91,8 +91,8 @@ def test_dynamic_sampling_at_the_cap_finishes_with_zero_gradient(ddp_runs, tiny_
 def test_prompt_skipping_two_processes_match_one(ddp_runs, tiny_model_dir, tmp_path, scenario):
     """Every rank records the same success rates per prompt and takes the same skip decisions as one process (a
     streaming dataset: every rank reads the same rows and keys their histories by the same hashes)."""
-    ranks = launch(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", scenario)
-    single = launch(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
+    ranks = results_of(ddp_runs, tiny_model_dir, tmp_path / "dp", "grpo", scenario)
+    single = results_of(ddp_runs, tiny_model_dir, tmp_path / "single", "grpo", scenario, num_processes=1)
     assert by_row(ranks) == by_row(single)
     for result in ranks:
         assert result["skip_rates"] == single[0]["skip_rates"]

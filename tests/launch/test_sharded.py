@@ -98,6 +98,7 @@ def test_deepspeed_zero3_with_a_lopsided_batch_matches_ddp(zero3_runs, ddp_runs,
     assert update(ranks[0]) == pytest.approx(ddp_update(ddp_runs, kind, scenario), rel=1e-4)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_base_trl_runs_under_fsdp_on_cpu(fsdp_runs, kind):
     """The control: TRL's own trainers run the same launch."""

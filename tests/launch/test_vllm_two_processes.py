@@ -22,14 +22,13 @@ TIMEOUT_S = 600
 
 @pytest.fixture(scope="module")
 def vllm_runs(tiny_model_dir, tmp_path_factory):
-    """``{processes: {run: per-rank results}}``: every case in one launch over 2 processes and in one process."""
+    """``{processes: {run: per-rank results}}``: every case in one launch over 2 processes and in one process
+    (``launch_runs`` checks each run's world size and that its replicas stayed in sync)."""
     runs = {}
     for processes, command in ((2, two_process_command), (1, one_process_command)):
         out_root = tmp_path_factory.mktemp(f"vllm-{processes}")
         launch = command(VLLM_WORKER, tiny_model_dir, str(out_root), *RUNS)
         runs[processes] = launch_runs(launch, out_root, RUNS, num_processes=processes, timeout=TIMEOUT_S)
-        for results in runs[processes].values():
-            assert len({result["checksum"] for result in results}) == 1  # the replicas stayed in sync
     return runs
 
 

@@ -65,10 +65,14 @@ def launch_runs(
     and TRL, a dozen seconds each on 2 cores: one launch per layout, not per run."""
     done = run_from_root(command, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    return {
+    results = {
         run: [json.loads((out_root / run / f"rank{rank}.json").read_text()) for rank in range(num_processes)]
         for run in runs
     }
+    for run, ranks in results.items():
+        assert [rank["world_size"] for rank in ranks] == [num_processes] * num_processes, run
+        assert len({rank["checksum"] for rank in ranks}) == 1, run  # the replicas stayed in sync
+    return results
 
 
 def by_row(results):

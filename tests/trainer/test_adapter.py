@@ -203,6 +203,7 @@ def scored_with_counts(trainer, prompts, completions):
     return batch, policy.rows, reference.rows
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("case", list(SCORING_CASES))
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_scoring_forwards_skip_masked_rows_and_change_nothing_else(make_trainer, kind, case):
@@ -251,6 +252,7 @@ def test_all_masked_batch_forwards_one_row_while_scoring(make_trainer):
     assert (policy_rows, reference_rows) == (1, 1) and batch["completion_mask"].sum() == 0
 
 
+@pytest.mark.every_trl
 def test_vllm_importance_sampling_keeps_the_old_forward_whole(make_trainer):
     """Under vLLM importance-sampling correction the old-policy forward gives the ratio that may reject a row, so it
     forwards every row, as TRL's; the reference forward still skips. (vLLM itself is not needed: its sampling
@@ -309,6 +311,7 @@ def tool_mask(ids):
     return [1] + [0] * (len(ids) - 1)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_reward_functions_are_called_once_with_trl_arguments(make_trainer, kind):
     """Scored early (before the forwards), each reward function is still called once per generation batch, with

@@ -104,6 +104,7 @@ def test_resume_restores_the_prompt_stream(make_trainer):
         torch.testing.assert_close(resumed_parameter, parameter)
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("setting", ["dynamic_sampling", "skip_zero_std_prompts"])
 def test_eval_is_untouched(make_trainer, setting):
     trainers = [make_trainer(ours=ours, prompts=DATA, beta=0.1, **({setting: True} if ours else {}))

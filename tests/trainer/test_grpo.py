@@ -182,6 +182,7 @@ def test_base_metrics_keep_their_meaning(make_trainer):
         assert ours._metrics["train"][key] == base._metrics["train"][key], key
 
 
+@pytest.mark.every_trl
 def test_truncated_outlier_does_not_move_siblings(make_trainer):
     """A truncated row (no EOS, masked by TRL) with an outlier reward leaves its siblings' advantages alone; in TRL's
     own statistics the outlier leaks into their baseline."""
@@ -200,6 +201,7 @@ def test_truncated_outlier_does_not_move_siblings(make_trainer):
     assert not torch.equal(advantages[False, 100.0][1:], advantages[False, -50.0][1:])  # TRL's baseline: it leaks
 
 
+@pytest.mark.every_trl
 def test_truncated_row_trains_as_in_trl_without_mask_truncated_completions(make_trainer):
     """TRL's default ``mask_truncated_completions=False`` trains truncated rows: so do we, in every statistic."""
     reward = table_reward({"5 x": 100.0, "3": 0.0, "5": 1.0, "9 yy": 0.0})
@@ -406,6 +408,7 @@ def test_the_known_limits_name_every_logged_token_mean_with_untrained_tokens(mak
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.every_trl
 def test_image_inputs_train_end_to_end(tiny_vlm, tmp_path):
     """Real generation with a local vision-language model: the tied group is masked on every step and training
     runs through the image path."""
@@ -415,6 +418,7 @@ def test_image_inputs_train_end_to_end(tiny_vlm, tmp_path):
     assert len(logged) == 2 and all(entry["zero_std/masked_group_frac"] >= 0.5 for entry in logged)
 
 
+@pytest.mark.every_trl
 def test_image_inputs_tied_group_puts_no_kl_gradient(tiny_vlm, tmp_path):
     grads = {}
     for ours in (True, False):
@@ -443,6 +447,7 @@ def test_image_inputs_exclude_gradients_equal_trl_on_the_informative_group(tiny_
     assert_grads_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.every_trl
 def test_image_inputs_masked_rows_are_not_forwarded(tiny_vlm, tmp_path):
     """With images, the loss forward gets the informative group's rows and their images only, and the gradients
     equal TRL's forwarding every row with our advantages and the tied rows' tokens masked ("keep", beta > 0)."""

@@ -85,6 +85,7 @@ def test_the_model_has_a_chat_template_and_pad_equal_to_eos(smollm2_dir):
     assert tokenizer.pad_token == tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
 
 
+@pytest.mark.every_trl
 def test_tied_group_puts_no_gradient_and_eval_equals_trl(smollm2_dir, tmp_path):
     """beta > 0, LoRA, chat prompts: the tied group's rows put no gradient (TRL's put their KL term's); the prompt ids
     are the chat template's, as TRL renders it; in eval our outputs equal TRL's on the same batch."""

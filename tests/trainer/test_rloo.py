@@ -205,6 +205,7 @@ def test_base_metrics_keep_their_meaning(make_trainer):
         assert ours._metrics["train"][key] == base._metrics["train"][key], key
 
 
+@pytest.mark.every_trl
 @pytest.mark.parametrize("normalize_advantages", [False, True])
 def test_truncated_outlier_does_not_move_siblings(make_trainer, normalize_advantages):
     """A truncated row (no EOS, masked by TRL) with an outlier reward leaves its siblings' advantages alone; in TRL
