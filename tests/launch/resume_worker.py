@@ -14,8 +14,10 @@ sampling; ``ours-entropy`` tied groups training on their entropy-shaped advantag
 control). Rank 0 writes ``result.json``: a hash of every parameter's bytes and the logged metrics of each step
 (timings dropped).
 
-Usage: python -m tests.launch.resume_worker MODEL_DIR RUN_DIR full|kill|resume
-       ours|ours-streaming|ours-prior|ours-skipping|ours-entropy|base [KILLED_RUN_DIR]
+Usage: python -m tests.launch.resume_worker MODEL_DIR OUT_ROOT full|kill|resume KIND [KIND ...]
+       (KIND: ours, ours-streaming, ours-prior, ours-skipping, ours-entropy, base)
+Each KIND runs in turn in ``OUT_ROOT/MODE/KIND`` (a resume from ``OUT_ROOT/kill/KIND``'s checkpoint-3); ``kill`` takes
+one KIND, since the kill ends the process.
 """
 
 import hashlib
@@ -63,7 +65,18 @@ def parameter_hash(model) -> str:
     return digest.hexdigest()
 
 
-def main(model_dir, run_dir, mode, trainer_kind="ours", killed_run_dir=None):
+def main(model_dir, out_root, mode, *kinds):
+    """Every kind of ``kinds`` in turn in ``mode``; returns the accelerator (the state the runs share)."""
+    assert mode != "kill" or len(kinds) == 1, "a killed run ends its process: one kind per launch"
+    for kind in kinds:
+        run_dir = os.path.join(out_root, mode, kind)
+        killed_run_dir = os.path.join(out_root, "kill", kind) if mode == "resume" else None
+        accelerator = train_one(model_dir, run_dir, mode, kind, killed_run_dir)
+    return accelerator
+
+
+def train_one(model_dir, run_dir, mode, trainer_kind="ours", killed_run_dir=None):
+    """One run of ``trainer_kind`` in ``mode``; rank 0 writes ``run_dir/result.json`` (a killed run never does)."""
     ours = trainer_kind.startswith("ours")
     trainer_cls, config_cls = (OUR_CLASSES if ours else BASE_CLASSES)["grpo"]
     settings = dict(

@@ -4,48 +4,82 @@ drawn and skipped, refill rounds, rewards, losses). With masking, dynamic sampli
 ``zero_std_kl="keep_failed"`` in 1 process and in 2; in 2 processes (each rank's state and the state they share) on
 a streaming dataset, with the success rates' prior by prompt, with prompt skipping alone, and with tied groups
 training on their entropy-shaped advantages (``tests/launch/resume_worker.py``). TRL's own trainer, in 1 process, is
-the control.
+the control. Each case is killed in a launch of its own; the uninterrupted runs share one launch per process count,
+and so do the resumed ones.
 """
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
 from tests.launch.resume_worker import SETTINGS
 from tests.support.launching import RESUME_WORKER, one_process_command, run_from_root, two_process_command
 
-TIMEOUT_S = 300
+TIMEOUT_S = 600
+CASES = [
+    ("ours", 1),
+    ("ours", 2),
+    ("ours-streaming", 2),
+    ("ours-prior", 2),
+    pytest.param("ours-skipping", 2, marks=pytest.mark.every_trl),
+    ("ours-entropy", 2),
+    ("base", 1),
+]
 
 
-def run_worker(model_dir, run_dir, mode, kind, processes, killed_run_dir=None):
-    args = [model_dir, str(run_dir), mode, kind, *([str(killed_run_dir)] if killed_run_dir else [])]
-    command = (two_process_command if processes == 2 else one_process_command)(RESUME_WORKER, *args)
+@dataclass
+class Launches:
+    """A case's three runs under ``root/MODE/KIND``: its own killed launch, and the launches of the uninterrupted and
+    the resumed runs that it shares with every case of its process count."""
+
+    root: Path
+    killed: CompletedProcess
+    full: CompletedProcess
+    resumed: CompletedProcess
+
+
+def run_worker(model_dir, out_root, processes, mode, *kinds):
+    command = (two_process_command if processes == 2 else one_process_command)(
+        RESUME_WORKER, model_dir, str(out_root), mode, *kinds
+    )
     return run_from_root(command, timeout=TIMEOUT_S)
 
 
-@pytest.mark.parametrize(
-    ("kind", "processes"),
-    [
-        ("ours", 1),
-        ("ours", 2),
-        ("ours-streaming", 2),
-        ("ours-prior", 2),
-        pytest.param("ours-skipping", 2, marks=pytest.mark.every_trl),
-        ("ours-entropy", 2),
-        ("base", 1),
-    ],
-)
-def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(tiny_model_dir, tmp_path, kind, processes):
-    full = run_worker(tiny_model_dir, tmp_path / "full", "full", kind, processes)
-    assert full.returncode == 0, full.stderr[-4000:]
-    killed = run_worker(tiny_model_dir, tmp_path / "killed", "kill", kind, processes)
-    assert killed.returncode != 0  # it died at the checkpoint, as a crashed job would
-    assert (tmp_path / "killed" / "checkpoint-3").is_dir() and not (tmp_path / "killed" / "result.json").exists()
-    resumed = run_worker(tiny_model_dir, tmp_path / "resumed", "resume", kind, processes, tmp_path / "killed")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
+@pytest.fixture(scope="module")
+def launches(request, tiny_model_dir, tmp_path_factory) -> dict[tuple[str, int], Launches]:
+    """Every case the session selected, by process count: each killed in a launch of its own (the kill ends the
+    process), then all the uninterrupted runs in one launch and all the resumed ones in another (a launch's cost is
+    mostly its imports)."""
+    selected = [
+        (item.callspec.params["kind"], item.callspec.params["processes"])
+        for item in request.session.items
+        if item.originalname == "test_a_killed_and_resumed_run_equals_the_uninterrupted_one"
+    ]
+    launched = {}
+    for processes in sorted({processes for _, processes in selected}):
+        kinds = [kind for kind, p in selected if p == processes]
+        root = tmp_path_factory.mktemp(f"resume-{processes}")
+        killed = {kind: run_worker(tiny_model_dir, root, processes, "kill", kind) for kind in kinds}
+        full = run_worker(tiny_model_dir, root, processes, "full", *kinds)
+        resumed = run_worker(tiny_model_dir, root, processes, "resume", *kinds)
+        launched.update({(kind, processes): Launches(root, killed[kind], full, resumed) for kind in kinds})
+    return launched
 
-    expected = json.loads((tmp_path / "full" / "result.json").read_text())
-    actual = json.loads((tmp_path / "resumed" / "result.json").read_text())
+
+@pytest.mark.parametrize(("kind", "processes"), CASES)
+def test_a_killed_and_resumed_run_equals_the_uninterrupted_one(launches, kind, processes):
+    run = launches[kind, processes]
+    assert run.full.returncode == 0, run.full.stderr[-4000:]
+    assert run.killed.returncode != 0  # it died at the checkpoint, as a crashed job would
+    killed_dir = run.root / "kill" / kind
+    assert (killed_dir / "checkpoint-3").is_dir() and not (killed_dir / "result.json").exists()
+    assert run.resumed.returncode == 0, run.resumed.stderr[-4000:]
+
+    expected = json.loads((run.root / "full" / kind / "result.json").read_text())
+    actual = json.loads((run.root / "resume" / kind / "result.json").read_text())
     assert [step["step"] for step in expected["steps"]] == [1, 2, 3, 4, 5, 6]
     assert actual["steps"] == expected["steps"]  # steps 1-3 from the checkpoint, 4-6 trained again
     assert actual["parameters"] == expected["parameters"]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from studies.skip_compute import BenchArguments, format_table, run_benchmark, zero_variance_batch
 
 REQUIRED_KEYS = {
@@ -22,6 +24,7 @@ def test_zero_variance_batch_has_the_asked_fraction_of_tied_groups():
     assert all(len(c) == 5 for c in completions) and rows[4]["prompt"] != rows[3]["prompt"]
 
 
+@pytest.mark.every_trl  # counts TRL's own forwards on the same batch
 def test_masked_rows_are_not_forwarded(tmp_path):
     args = BenchArguments(
         fractions=[0.0, 0.5, 1.0], repeats=1, warmup=0, num_groups=2, num_generations=4, completion_length=6,
