@@ -4,7 +4,7 @@ tests.launch.resume_worker``; ``accelerate launch -m`` for 2 processes):
 
 - ``full``: the uninterrupted run;
 - ``kill``: the same run, killed with SIGKILL by every rank right after checkpoint-3 is written;
-- ``resume``: a new process resumed from the killed run's checkpoint-3.
+- ``resume``: a run in a new launch resumed from the killed run's checkpoint-3.
 
 ``ours`` trains ZeroStdGRPOTrainer with masking, dynamic sampling, prompt skipping and ``zero_std_kl="keep_failed"``;
 ``ours-streaming`` the same on the train set as a streaming ``IterableDataset`` (refills and skip decisions read

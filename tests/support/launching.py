@@ -62,7 +62,7 @@ def launch_runs(
 ) -> dict[str, list[dict]]:
     """Run ``command``, a worker launched once for every run of ``runs`` (it writes ``out_root/run/rank{r}.json``),
     and return each run's per-rank results. A launch's cost is mostly its processes importing torch, transformers
-    and TRL, a dozen seconds each on 2 cores: one launch per layout, not per run."""
+    and TRL, a dozen seconds each on 2 cores: many runs to a launch, not one."""
     done = run_from_root(command, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     results = {

@@ -11,9 +11,9 @@ cleanly (non-zero exit code, or the C++ abort message ``terminate called`` anywh
 The two ``torch-gloo-*`` kinds run no TRL and no code of this package: a gloo all-gather over 2 processes, then exit
 with or without ``torch.distributed.destroy_process_group()``; they show where the abort comes from.
 
-Not a test (the suite launches each layout once, its runs in turn); the tool that issue 21's fix was measured with. Run
-from the repository root; every launch runs its worker as a module from there (``tests/support/launching.py``). Exits 1
-if any launch failed, and prints the tail of each failed launch's output.
+Not a test (the suite launches each kind a few times, several runs to a launch); the tool that issue 21's fix was
+measured with. Run from the repository root; every launch runs its worker as a module from there
+(``tests/support/launching.py``). Exits 1 if any launch failed, and prints the tail of each failed launch's output.
 """
 
 from __future__ import annotations
