@@ -32,6 +32,7 @@ from torch import distributed
 
 from demo.tiny_model import build_tokenizer
 from demo.train_cli import end_run
+from tests.support.launching import train_each
 from tests.support.trainers import (
     BASE_CLASSES,
     OUR_CLASSES,
@@ -184,11 +185,7 @@ def main(model_dir, out_root, *runs):
         reduce_over_gloo()  # before accelerate's state starts DeepSpeed's communication
     if os.environ.get("ZEROSTD_TEST_CPU_FSDP") == "1" or deepspeed_launch:
         force_cpu_fsdp()
-    for run in runs:
-        out_dir = os.path.join(out_root, run)
-        os.makedirs(out_dir, exist_ok=True)
-        accelerator = train_one(model_dir, out_dir, *run.split("-"))
-    return accelerator
+    return train_each(train_one, model_dir, out_root, runs)
 
 
 def train_one(model_dir, out_dir, kind="grpo", scenario="masking", trainer="ours"):

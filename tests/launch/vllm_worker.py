@@ -22,17 +22,14 @@ from demo.tiny_model import build_tokenizer
 from demo.train_cli import end_run
 from tests.launch.dp_worker import checksum, record_trained_rows
 from tests.support.fake_vllm import Engine, completions_by_index, install
+from tests.support.launching import train_each
 from tests.support.trainers import OUR_CLASSES, move_policy_away
 from tests.support.vllm_cases import DATA, FEATURES, GLOBAL_BATCH, TEXTS, VLLM, OriginReward
 
 
 def main(model_dir, out_root, *runs):
     """Every run of ``runs`` in turn; returns the accelerator (its state is the process's, shared by the runs)."""
-    for run in runs:
-        out_dir = os.path.join(out_root, run)
-        os.makedirs(out_dir, exist_ok=True)
-        accelerator = train_one(model_dir, out_dir, *run.split("-"))
-    return accelerator
+    return train_each(train_one, model_dir, out_root, runs)
 
 
 def train_one(model_dir, out_dir, kind, mode, feature):

@@ -57,6 +57,16 @@ def run_from_root(command: list[str], timeout: float, env: dict | None = None) -
     )
 
 
+def train_each(train_one, model_dir: str, out_root: str, runs: tuple[str, ...]):
+    """In a worker: ``train_one(model_dir, out_root/run, *run.split("-"))`` for each run in turn, each in a folder of
+    its own; returns the last one's accelerator (the process's state, which the runs share)."""
+    for run in runs:
+        out_dir = os.path.join(out_root, run)
+        os.makedirs(out_dir, exist_ok=True)
+        accelerator = train_one(model_dir, out_dir, *run.split("-"))
+    return accelerator
+
+
 def launch_runs(
     command: list[str], out_root: Path, runs: list[str], num_processes: int, timeout: float, env: dict | None = None
 ) -> dict[str, list[dict]]:
