@@ -15,6 +15,7 @@ examples' CPU runs): under data parallelism every process would evaluate every r
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 
@@ -25,18 +26,31 @@ from trl.data_utils import is_conversational
 
 from trl_zerostd.trainer.trl_layout import stop_token_ids
 
+TRAIN_PROBE_SEED = 1_000_003  # added to seed + step: the train probe's samples are not the held-out ones' twins
+
 
 class SampledEvaluation(TrainerCallback):
     """Evaluate ``trainer`` on ``eval_dataset`` (rows with a ``prompt`` and the reward functions' columns) at the start
     (``on_start``), every ``every`` optimizer steps and at the steps ``also_at``; batches of
-    ``per_device_eval_batch_size`` rows."""
+    ``per_device_eval_batch_size`` rows. With ``train_dataset``, each evaluation also samples one group of every train
+    prompt (``_probe_train_groups``): whether it would still teach, where a run revisits its prompts."""
 
-    def __init__(self, trainer, eval_dataset, every: int, on_start: bool, also_at: list[int] | None = None):
+    def __init__(
+        self,
+        trainer,
+        eval_dataset,
+        every: int,
+        on_start: bool,
+        also_at: list[int] | None = None,
+        train_dataset=None,
+    ):
         self.trainer, self.rows = trainer, list(eval_dataset)
         self.every, self.on_start, self.also_at = every, on_start, set(also_at or ())
         args = trainer.args
         self.samples = args.num_generations_eval or trainer.num_generations
         self.batch_size = max(args.per_device_eval_batch_size // self.samples, 1) * self.samples
+        self.train_rows = list(train_dataset) if train_dataset is not None else None
+        self.train_groups: dict[int, list[list[float]]] = {}  # step -> each train row's group of rewards
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.on_start and state.global_step == 0:
@@ -54,22 +68,44 @@ class SampledEvaluation(TrainerCallback):
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         model.eval()
-        rows = [row for row in self.rows for _ in range(self.samples)]
-        rewards, logged = [], defaultdict(list)
+        logged: defaultdict[str, list] = defaultdict(list)
         try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(trainer.args.seed + step)
-                for start in range(0, len(rows), self.batch_size):
-                    batch = rows[start : start + self.batch_size]
-                    rewards += self._score(batch, self._sample(model, batch), logged)
+            rewards = self._rewards(model, self.rows, self.samples, trainer.args.seed + step, logged)
             logs = {"eval_reward": statistics.fmean(rewards)}
             logs.update({f"eval_{name}": statistics.fmean(values) for name, values in logged.items()})
+            if self.train_rows is not None:
+                logs["eval_train_informative_frac"] = self._probe_train_groups(model, step)
             trainer.log(dict(logs))  # in eval mode: TRL's log then leaves the training metrics of the step alone
         finally:
             model.train(was_training)
         if trainer.accelerator.is_main_process:
             tqdm.write(f"step {step}: held-out reward {logs['eval_reward']:.3f} ({len(rewards)} samples)")
         return logs
+
+    def _rewards(self, model, rows: list[dict], samples: int, seed: int, logged: dict) -> list[float]:
+        """The weighted reward of each of ``samples`` completions of every row (a row's consecutive), sampled under a
+        forked RNG seeded with ``seed``."""
+        repeated = [row for row in rows for _ in range(samples)]
+        batch_size = max(self.batch_size // samples, 1) * samples
+        rewards: list[float] = []
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for start in range(0, len(repeated), batch_size):
+                batch = repeated[start : start + batch_size]
+                rewards += self._score(batch, self._sample(model, batch), logged)
+        return rewards
+
+    def _probe_train_groups(self, model, step: int) -> float:
+        """One group of ``num_generations`` completions of every train prompt, not trained on (a seed of its own):
+        each train row's rewards into ``train_groups[step]`` (in the split's order); returns the share of train rows
+        whose group splits, what is left to learn from."""
+        assert self.train_rows is not None, "probed only with a train split"
+        group_size = self.trainer.num_generations
+        rewards = self._rewards(model, self.train_rows, group_size, TRAIN_PROBE_SEED + self.trainer.args.seed + step,
+                                defaultdict(list))  # fmt: skip
+        groups = [rewards[i * group_size : (i + 1) * group_size] for i in range(len(self.train_rows))]
+        self.train_groups[step] = groups
+        return sum(splits(group) for group in groups) / len(groups)
 
     def _sample(self, model, batch: list[dict]) -> list[list[int]]:
         """Each row's completion ids, up to and with its first stop token (all of them where it ran out)."""
@@ -113,6 +149,12 @@ class SampledEvaluation(TrainerCallback):
             )
             total += weight * torch.tensor([float("nan") if v is None else v for v in values])
         return total.tolist()
+
+
+def splits(rewards: list[float]) -> bool:
+    """Whether a group would teach: two finite rewards that differ."""
+    finite = [value for value in rewards if math.isfinite(value)]
+    return len(finite) >= 2 and max(finite) > min(finite)
 
 
 def completion_ids(generated: list[list[int]], stop_token_ids) -> list[list[int]]:

@@ -147,6 +147,15 @@ class ScriptArguments:
             "curve). Evaluation samples with its own seed and leaves training's random state alone."
         },
     )
+    eval_train_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "With --eval_by_sampling: at each evaluation also sample one group of --num_generations "
+            "completions of every train prompt, not trained on, and log the share whose group would split "
+            "(eval_train_informative_frac): how much of a revisited prompt set still teaches. Costs a group per "
+            "train prompt per evaluation; meant for small train sets."
+        },
+    )
     plot: bool = field(default=True, metadata={"help": "Write output_dir/metrics.png after training."})
     print_every: int = field(
         default=25,
@@ -231,6 +240,9 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
             "also_at": script_args.eval_also_at,
         }  # fmt: skip
         training_args.eval_strategy, training_args.eval_on_start = IntervalStrategy.NO, False
+    elif script_args.eval_train_groups:
+        raise ValueError("--eval_train_groups probes the train prompts at each sampled evaluation: set "
+                         "--eval_by_sampling true and an --eval_strategy other than 'no'.")  # fmt: skip
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,
@@ -245,7 +257,8 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
     trainer.pop_callback(PrinterCallback)  # installed instead of the bar under --disable_tqdm
     trainer.add_callback(MetricLines(script_args.print_every))
     if sampled_eval is not None:
-        trainer.add_callback(SampledEvaluation(trainer, eval_dataset, **sampled_eval))
+        probed = train_dataset if script_args.eval_train_groups else None
+        trainer.add_callback(SampledEvaluation(trainer, eval_dataset, **sampled_eval, train_dataset=probed))
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
 

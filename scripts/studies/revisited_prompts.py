@@ -17,8 +17,10 @@ it by level, not prompt by prompt.
 
 The arms: base TRL, ``keep_failed``, and prompt skipping over ``keep_failed`` with the prior by level
 (``skip-rate-prior-kf``) and without (``skip-rate-kf``). Every record (``runs.run_one``) also holds, per optimizer
-step, the completions generated of each prompt (``prompt_draws``) and the prompts skipping passed over
-(``prompt_skips``). Records go to ``--runs_dir``; run one run at a time (``--jobs 1``: a run peaks near 9 GB).
+step, the completions generated of each prompt (``prompt_draws``), their rewards (``prompt_rewards``) and the prompts
+skipping passed over (``prompt_skips``), and, at each evaluation, a group of every train prompt sampled and not trained
+on (``train_groups``, ``--eval_train_groups``): whether a skipped prompt would have split. Records go to
+``--runs_dir``; run one run at a time (``--jobs 1``: a run peaks near 9 GB).
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ class RevisitedPromptsArguments(RealTimeToAccuracyArguments):
         default_factory=lambda: list(ARMS_REVISITED), metadata={"help": "Arms in the figure."}
     )
     task_flags: list[str] = field(
-        default_factory=lambda: [*RealTimeToAccuracyArguments().task_flags, "--num_prompts", str(NUM_PROMPTS)]
+        default_factory=lambda: [
+            *RealTimeToAccuracyArguments().task_flags,
+            "--num_prompts",
+            str(NUM_PROMPTS),
+            "--eval_train_groups",
+            "true",
+        ]
     )
     title: str = field(default=f"SmolLM2-135M-Instruct, LoRA, chat arithmetic, {NUM_PROMPTS} train prompts")
     runs_dir: str = field(default="docs/results/revisited/runs")

@@ -11,7 +11,13 @@ them reads them with ``.get``; the readers here read neither):
   included (``{}`` for a step that generated nothing: the later steps of a generation batch under num_iterations > 1);
 - ``prompt_skips``: ``[prompt, ...]``, the prompts prompt skipping passed over on its stream at that step, in the
   stream's order (``[]`` where nothing is skipped: base TRL, every arm without skipping). Under skipping the
-  dataloader's rows only pace the steps, so what a step offered is its draws' prompts and its skips.
+  dataloader's rows only pace the steps, so what a step offered is its draws' prompts and its skips;
+- ``prompt_rewards``: ``{prompt: [reward, ...]}``, the weighted reward of each completion generated of each prompt at
+  that step (NaN: unscorable), as the skip history reads them.
+
+With ``--eval_train_groups`` (``revisited_prompts.py``) a record also holds ``train_groups``: ``[[step, {prompt:
+[reward, ...]}], ...]``, at each evaluation one group of every train prompt sampled and not trained on: whether a
+prompt skipped then would have split.
 
 A prompt is named by its text (``prompt_text``: a conversation's last user message), so rows with the same text, as a
 split drawn with replacement can hold, count together. The peer's trainer (``cgrpo`` arms, counted where it
@@ -102,6 +108,24 @@ def timing_generation(trainer_cls):
                 if self.model.training and self.decodes > decodes:
                     self.prompt_tally.draws[self.state.global_step].update(texts)
 
+        def _score_generation(self, rows, prompts, generated):  # the package's trainers: every round's scoring
+            rewards_per_func, truncated = super()._score_generation(rows, prompts, generated)
+            self._tally_rewards(prompts, rewards_per_func)
+            return rewards_per_func, truncated
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # TRL's own trainer
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self._tally_rewards(prompts, rewards_per_func)
+            return rewards_per_func
+
+        def _tally_rewards(self, prompts: list, rewards_per_func) -> None:
+            """Each generated row's weighted reward (NaN where every function returned None), under its prompt."""
+            if self.model.training and hasattr(self, "prompt_tally"):
+                weighted = rewards_per_func * self.reward_weights.to(rewards_per_func.device)
+                total = weighted.nansum(dim=1).masked_fill(rewards_per_func.isnan().all(dim=1), float("nan"))
+                for prompt, reward in zip(prompts, total.tolist(), strict=True):  # one process: the rows are its own
+                    self.prompt_tally.rewards[self.state.global_step][prompt_text(prompt)].append(reward)
+
         def _base_generate(self, *args, **kwargs):  # the peer's only
             result = super()._base_generate(*args, **kwargs)
             if self.model.training:
@@ -123,6 +147,10 @@ def timing_generation(trainer_cls):
         del GenerationTimed._base_generate
     else:
         del GenerationTimed._generate
+    if hasattr(trainer_cls, "_score_generation"):  # the package scores once, where TRL's own call reads it back
+        del GenerationTimed._calculate_rewards
+    else:
+        del GenerationTimed._score_generation
     GenerationTimed.__name__ = trainer_cls.__name__
     return GenerationTimed
 
@@ -135,6 +163,14 @@ def prompt_text(prompt) -> str:
     messages = [message for message in prompt if message.get("role") == "user"] or list(prompt)
     content = messages[-1]["content"]
     return content if isinstance(content, str) else json.dumps(content)
+
+
+def by_text(texts: list[str], groups: list[list[float]]) -> dict[str, list[float]]:
+    """Each train row's group of rewards under its prompt's text (the rows of one text together)."""
+    named: defaultdict[str, list[float]] = defaultdict(list)
+    for text, group in zip(texts, groups, strict=True):
+        named[text] += group
+    return dict(named)
 
 
 def passed_over(consumed: list[int], drawn: list[int]) -> list[int]:
@@ -150,11 +186,13 @@ def passed_over(consumed: list[int], drawn: list[int]) -> list[int]:
 
 class PromptTally:
     """Per optimizer step (by ``global_step`` while generating): ``draws[step]``, completions generated per prompt
-    text (``timing_generation`` counts them); ``skips[step]``, the prompt texts prompt skipping passed over."""
+    text (``timing_generation`` counts them); ``skips[step]``, the prompt texts prompt skipping passed over;
+    ``rewards[step]``, each prompt text's generated rewards."""
 
     def __init__(self):
         self.draws: defaultdict[int, Counter] = defaultdict(Counter)
         self.skips: defaultdict[int, list[str]] = defaultdict(list)
+        self.rewards: defaultdict[int, defaultdict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
     def watch_skips(self, trainer) -> None:
         """Note the prompts the package's prompt stream passes over (where ``trainer`` has one over a map-style
@@ -225,6 +263,11 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
         tally = trainer.prompt_tally
         record["prompt_draws"] = [dict(tally.draws[entry["step"] - 1]) for entry in steps]
         record["prompt_skips"] = [list(tally.skips[entry["step"] - 1]) for entry in steps]
+        record["prompt_rewards"] = [dict(tally.rewards[entry["step"] - 1]) for entry in steps]
+    probes = [c for c in trainer.callback_handler.callbacks if getattr(c, "train_rows", None) is not None]
+    if probes:  # --eval_train_groups
+        texts = [prompt_text(row["prompt"]) for row in probes[0].train_rows]
+        record["train_groups"] = [[step, by_text(texts, groups)] for step, groups in probes[0].train_groups.items()]
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
     record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]

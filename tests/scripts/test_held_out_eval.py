@@ -1,5 +1,6 @@
 """The sampled held-out evaluation (scripts/demo/held_out_eval.py): on TRL's schedule, TRL's own evaluation off, its
-metrics in entries of their own, and no effect on training (its sampling runs under a forked RNG)."""
+metrics in entries of their own, and no effect on training (its sampling runs under a forked RNG); with
+--eval_train_groups, a group of every train prompt at each evaluation, again without effect on training."""
 
 import pytest
 import torch
@@ -25,11 +26,13 @@ EVAL = ["--eval_strategy", "steps", "--eval_steps", "2", "--eval_on_start", "tru
 def runs(tmp_path_factory):
     plain = spread_run(tmp_path_factory.mktemp("plain"))
     sampled = spread_run(tmp_path_factory.mktemp("sampled"), *EVAL, "--eval_by_sampling", "true")
-    return plain, sampled
+    probed = spread_run(tmp_path_factory.mktemp("probed"), *EVAL, "--eval_by_sampling", "true",
+                        "--eval_train_groups", "true")  # fmt: skip
+    return plain, sampled, probed
 
 
 def test_evaluates_on_trls_schedule_with_trls_own_evaluation_off(runs):
-    _, sampled = runs
+    _, sampled, _ = runs
     evaluations = [entry for entry in sampled.state.log_history if "eval_reward" in entry]
     assert [entry["step"] for entry in evaluations] == [0, 2, 4]
     assert sampled.args.eval_strategy == "no" and sampled.eval_dataset is None
@@ -42,11 +45,45 @@ def test_evaluates_on_trls_schedule_with_trls_own_evaluation_off(runs):
 
 
 def test_evaluation_does_not_change_training(runs):
-    plain, sampled = runs
+    plain, sampled, probed = runs
 
     def rewards(trainer):
         return [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
 
-    assert rewards(sampled) == rewards(plain)
-    for (name, a), (_, b) in zip(plain.model.named_parameters(), sampled.model.named_parameters(), strict=True):
-        assert torch.equal(a, b), name
+    for evaluated in (sampled, probed):
+        assert rewards(evaluated) == rewards(plain)
+        for (name, a), (_, b) in zip(plain.model.named_parameters(), evaluated.model.named_parameters(), strict=True):
+            assert torch.equal(a, b), name
+
+
+def held_out(trainer) -> list[dict]:
+    return [{key: value for key, value in entry.items() if key != "eval_train_informative_frac"}
+            for entry in trainer.state.log_history if "eval_reward" in entry]  # fmt: skip
+
+
+def test_train_groups_sample_a_group_of_every_train_prompt_beside_the_held_out_samples(runs):
+    """Each evaluation of --eval_train_groups: one group of num_generations rewards per train row, the share of
+    groups that split logged, and the held-out evaluation as without it."""
+    from demo.held_out_eval import SampledEvaluation, splits
+
+    _, sampled, probed = runs
+    (evaluation,) = [c for c in probed.callback_handler.callbacks if isinstance(c, SampledEvaluation)]
+    assert sorted(evaluation.train_groups) == [0, 2, 4]
+    logged = {entry["step"]: entry["eval_train_informative_frac"] for entry in probed.state.log_history
+              if "eval_train_informative_frac" in entry}  # fmt: skip
+    for step, groups in evaluation.train_groups.items():
+        assert len(groups) == len(probed.train_dataset) and {len(g) for g in groups} == {probed.num_generations}
+        assert logged[step] == sum(map(splits, groups)) / len(groups)
+    assert len({tuple(map(tuple, groups)) for groups in evaluation.train_groups.values()}) == 3  # sampled anew
+    assert held_out(probed) == held_out(sampled)
+
+
+def test_splits_needs_two_finite_rewards_that_differ():
+    from demo.held_out_eval import splits
+
+    assert splits([0.0, 1.0, 1.0]) and not splits([1.0, 1.0]) and not splits([1.0, float("nan")])
+
+
+def test_train_groups_without_the_sampled_evaluation_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="--eval_train_groups"):
+        spread_run(tmp_path, "--eval_train_groups", "true")

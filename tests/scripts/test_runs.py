@@ -63,3 +63,5 @@ def test_every_completion_a_refill_generates_is_a_draw(make_trainer, monkeypatch
     draws = trainer.prompt_tally.draws[0]
     assert sum(draws.values()) == generated_groups * trainer.num_generations
     assert set(draws.values()) <= {trainer.num_generations, 2 * trainer.num_generations}
+    rewards = trainer.prompt_tally.rewards[0]  # every round's scored rows, under their prompts
+    assert {text: len(values) for text, values in rewards.items()} == dict(draws)
