@@ -1,0 +1,142 @@
+"""Were the skips right? Prompt skipping's decisions in the prompts-come-back study (``revisited_prompts.py``) checked
+against groups sampled and not trained on.
+
+    python scripts/studies/skip_checks.py --runs_dir docs/results/revisited/runs --arms skip-rate-kf trl --seeds 2 3
+
+A record of that study holds, per optimizer step, the prompts skipping passed over (``prompt_skips``) and the rewards
+of every group it generated (``prompt_rewards``), and at each evaluation one group of every train prompt sampled from
+the policy of that step (``train_groups``, ``--eval_train_groups``). A skip at step ``s`` (the policy after ``s - 1``
+updates) is checked against the last evaluation at or before it. It was **wrong** where that prompt's group split
+there: it would have taught. A prompt that **comes back** ties at one evaluation and splits at the next; the table
+says how many steps passed before it was drawn again. Records without these fields (runs before them) are left out,
+named.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py): scripts/ holds demo/ and studies/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from demo.held_out_eval import splits
+
+
+def outcome(rewards: list[float]) -> str:
+    """``"split"``, ``"all right"`` (every finite reward at the group's top, a positive one), or ``"all wrong"``."""
+    if splits(rewards):
+        return "split"
+    finite = [value for value in rewards if math.isfinite(value)]
+    return "all right" if finite and max(finite) > 0 else "all wrong"
+
+
+@dataclass
+class SkipChecks:
+    """One run's checks: ``skips`` probed (a probe at or before them) by the probe's outcome; drawn groups by their
+    own outcome; the train set's share that splits at each evaluation; each comeback's wait in steps (None: never
+    drawn again in the run)."""
+
+    skips: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
+    drawn: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
+    train_split_frac: list[tuple[int, float]] = field(default_factory=list)
+    comeback_waits: list[int | None] = field(default_factory=list)
+
+
+def check_run(record: dict, group_size: int = 8) -> SkipChecks:
+    """The checks of one record that has ``train_groups``, ``prompt_skips`` and ``prompt_rewards``."""
+    checks = SkipChecks()
+    probes = sorted((step, groups) for step, groups in record["train_groups"])
+    probe_steps = [step for step, _ in probes]
+    for step, groups in probes:
+        checks.train_split_frac.append((step, sum(map(splits, groups.values())) / len(groups)))
+    for index, skipped in enumerate(record["prompt_skips"]):  # index i: generated with the policy after i updates
+        at = bisect.bisect_right(probe_steps, index) - 1
+        if at < 0:
+            continue
+        for text in skipped:
+            checks.skips[outcome(probes[at][1][text][:group_size])] += 1
+    drawn_at: dict[str, list[int]] = {}
+    for index, by_prompt in enumerate(record["prompt_rewards"]):
+        for text, rewards in by_prompt.items():
+            drawn_at.setdefault(text, []).append(index)
+            for start in range(0, len(rewards), group_size):
+                checks.drawn[outcome(rewards[start : start + group_size])] += 1
+    for (_, before), (step, after) in zip(probes, probes[1:]):
+        for text, rewards in after.items():
+            if splits(rewards[:group_size]) and not splits(before[text][:group_size]):
+                later = [index for index in drawn_at.get(text, []) if index >= step]
+                checks.comeback_waits.append(later[0] - step if later else None)
+    return checks
+
+
+def share(counts: dict[str, int], key: str) -> str:
+    total = sum(counts.values())
+    return f"{counts[key] / total:.2f}" if total else "-"
+
+
+def table(records: list[dict], group_size: int = 8) -> str:
+    """One Markdown row per run: skips and drawn groups by outcome, the train set's split share (first, last
+    evaluation) and the comebacks."""
+    lines = [
+        "| run | skips checked | of them split (wrong) / all right / all wrong | drawn groups | of them split | "
+        "train prompts that split, first / last evaluation | comebacks: drawn again within 5 steps / later / never |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for record in records:
+        checks = check_run(record, group_size)
+        waits = checks.comeback_waits
+        soon = sum(wait is not None and wait <= 5 for wait in waits)
+        never = sum(wait is None for wait in waits)
+        first, last = checks.train_split_frac[0][1], checks.train_split_frac[-1][1]
+        skips = " / ".join(share(checks.skips, key) for key in ("split", "all right", "all wrong"))
+        lines.append(
+            f"| {record['arm']} seed {record['seed']} | {sum(checks.skips.values())} | {skips} | "
+            f"{sum(checks.drawn.values())} | {share(checks.drawn, 'split')} | {first:.2f} / {last:.2f} | "
+            f"{soon} / {len(waits) - soon - never} / {never} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass
+class SkipChecksArguments:
+    runs_dir: str = field(default="docs/results/revisited/runs")
+    arms: list[str] = field(default_factory=lambda: ["skip-rate-kf", "trl"])
+    seeds: list[int] = field(default_factory=lambda: list(range(10)))
+    table: str | None = field(default=None, metadata={"help": "Also write the Markdown table here."})
+
+
+def main(args: SkipChecksArguments) -> str:
+    records, missing = [], []
+    for arm in args.arms:
+        for seed in args.seeds:
+            path = Path(args.runs_dir) / f"{arm}-seed{seed}.json"
+            if not path.exists():
+                continue
+            record = json.loads(path.read_text())
+            (records if "train_groups" in record else missing).append(record)
+    if not records:
+        raise SystemExit(f"No record in {args.runs_dir} of {args.arms} x seeds {args.seeds} has train_groups.")
+    out = table(records)
+    if missing:
+        names = ", ".join(f"{record['arm']} seed {record['seed']}" for record in missing)
+        out += f"\n\nLeft out (run before --eval_train_groups): {names}."
+    waits = [w for record in records for w in check_run(record).comeback_waits if w is not None]
+    if waits:
+        out += f"\n\nComebacks drawn again: median wait {statistics.median(waits)} steps."
+    if args.table:
+        Path(args.table).write_text(out + "\n")
+    print(out)
+    return out
+
+
+if __name__ == "__main__":
+    from transformers import HfArgumentParser
+
+    (parsed,) = HfArgumentParser(SkipChecksArguments).parse_args_into_dataclasses()
+    main(parsed)
