@@ -276,6 +276,12 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
     return record
 
 
+def cached_records(runs_dir: str, arms: list[str], seeds: list[int]) -> list[dict]:
+    """The records ``run_one`` wrote of ``arms`` x ``seeds`` under ``runs_dir`` (those that exist), arm by arm."""
+    paths = [Path(runs_dir) / f"{arm}-seed{seed}.json" for arm in arms for seed in seeds]
+    return [json.loads(path.read_text()) for path in paths if path.exists()]
+
+
 def host() -> dict:
     """Where a run ran, to read its wall times by: the CPU model and the load averages over 1, 5 and 15 minutes at its
     end (runs on another CPU, or beside other work, took up to twice as long a step for the same work)."""

@@ -15,7 +15,6 @@ named.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import statistics
 import sys
@@ -26,6 +25,7 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from demo.held_out_eval import splits
+from studies.runs import cached_records
 
 
 def outcome(rewards: list[float]) -> str:
@@ -112,14 +112,9 @@ class SkipChecksArguments:
 
 
 def main(args: SkipChecksArguments) -> str:
-    records, missing = [], []
-    for arm in args.arms:
-        for seed in args.seeds:
-            path = Path(args.runs_dir) / f"{arm}-seed{seed}.json"
-            if not path.exists():
-                continue
-            record = json.loads(path.read_text())
-            (records if "train_groups" in record else missing).append(record)
+    cached = cached_records(args.runs_dir, args.arms, args.seeds)
+    records = [record for record in cached if "train_groups" in record]
+    missing = [record for record in cached if "train_groups" not in record]
     if not records:
         raise SystemExit(f"No record in {args.runs_dir} of {args.arms} x seeds {args.seeds} has train_groups.")
     out = table(records)

@@ -10,7 +10,6 @@ Reads the run records (``scripts/studies/runs.py``); runs nothing. Which rule pa
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py): scripts/ holds demo/ and studies/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from studies.runs import cached_records
 
 COLUMNS = {  # record key -> column
     "tied_trained_group_frac": "tied groups trained",
@@ -50,15 +51,11 @@ def table(args: TiedGroupsArguments) -> str:
         "| arm | seed | " + " | ".join(COLUMNS.values()) + " | entropy (nats) | held-out at each evaluation |",
         "|---|---|" + "---|" * (len(COLUMNS) + 2),
     ]
-    for arm in args.arms:
-        for seed in args.seeds:
-            path = Path(args.runs_dir) / f"{arm}-seed{seed}.json"
-            if not path.exists():
-                continue
-            record = json.loads(path.read_text())
-            cells = [mean_of(record.get(key) or []) for key in COLUMNS]
-            evals = ", ".join(f"{step}: {reward:.3f}" for step, reward in record["eval"])
-            lines.append(f"| {arm} | {seed} | " + " | ".join(cells) + f" | {entropy_span(record)} | {evals} |")
+    for record in cached_records(args.runs_dir, args.arms, args.seeds):
+        cells = [mean_of(record.get(key) or []) for key in COLUMNS]
+        evals = ", ".join(f"{step}: {reward:.3f}" for step, reward in record["eval"])
+        lines.append(f"| {record['arm']} | {record['seed']} | " + " | ".join(cells)
+                     + f" | {entropy_span(record)} | {evals} |")  # fmt: skip
     return "\n".join(lines)
 
 
