@@ -213,6 +213,9 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
     """Build model, data and rewards, train, and save model, ``metrics.json`` and ``metrics.png`` to output_dir."""
     if script_args.task == "chat_arith" and model_args.model_name_or_path is None:
         raise ValueError("--task chat_arith asks chat questions of a real instruct model: set --model_name_or_path.")
+    if script_args.eval_train_groups and not (script_args.eval_by_sampling and training_args.eval_strategy != "no"):
+        raise ValueError("--eval_train_groups probes the train prompts at each sampled evaluation: set "
+                         "--eval_by_sampling true and an --eval_strategy other than 'no'.")  # fmt: skip
     if script_args.reward_funcs:
         reward_funcs = [load_reward_func(name) for name in script_args.reward_funcs]
     else:
@@ -240,9 +243,6 @@ def train(trainer_cls, script_args: ScriptArguments, training_args, model_args: 
             "also_at": script_args.eval_also_at,
         }  # fmt: skip
         training_args.eval_strategy, training_args.eval_on_start = IntervalStrategy.NO, False
-    elif script_args.eval_train_groups:
-        raise ValueError("--eval_train_groups probes the train prompts at each sampled evaluation: set "
-                         "--eval_by_sampling true and an --eval_strategy other than 'no'.")  # fmt: skip
     trainer = trainer_cls(
         model=model,
         reward_funcs=reward_funcs,

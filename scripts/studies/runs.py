@@ -123,7 +123,8 @@ def timing_generation(trainer_cls):
             if self.model.training and hasattr(self, "prompt_tally"):
                 weighted = rewards_per_func * self.reward_weights.to(rewards_per_func.device)
                 total = weighted.nansum(dim=1).masked_fill(rewards_per_func.isnan().all(dim=1), float("nan"))
-                for prompt, reward in zip(prompts, total.tolist(), strict=True):  # one process: the rows are its own
+                own = total.view(-1, len(prompts))[self.accelerator.process_index]  # gathered: this rank's rows
+                for prompt, reward in zip(prompts, own.tolist(), strict=True):
                     self.prompt_tally.rewards[self.state.global_step][prompt_text(prompt)].append(reward)
 
         def _base_generate(self, *args, **kwargs):  # the peer's only

@@ -6,10 +6,11 @@ against groups sampled and not trained on.
 A record of that study holds, per optimizer step, the prompts skipping passed over (``prompt_skips``) and the rewards
 of every group it generated (``prompt_rewards``), and at each evaluation one group of every train prompt sampled from
 the policy of that step (``train_groups``, ``--eval_train_groups``). A skip at step ``s`` (the policy after ``s - 1``
-updates) is checked against the last evaluation at or before it. It was **wrong** where that prompt's group split
-there: it would have taught. A prompt that **comes back** ties at one evaluation and splits at the next; the table
-says how many steps passed before it was drawn again. Records without these fields (runs before them) are left out,
-named.
+updates) is checked against the last evaluation after ``s - 1`` updates or fewer. It was **wrong** where that
+prompt's group split there: it would have taught. One group of samples, up to 9 steps old, says so with noise; the
+share of drawn groups that split is the base rate to read it against. A prompt that **comes back** ties at one
+evaluation and splits at the next; the table says how many steps passed before it was drawn again. Records without
+these fields (runs before them) are left out, named.
 """
 
 from __future__ import annotations
@@ -48,13 +49,21 @@ class SkipChecks:
     comeback_waits: list[int | None] = field(default_factory=list)
 
 
-def check_run(record: dict, group_size: int = 8) -> SkipChecks:
+def group_size_of(record: dict) -> int:
+    """A run's ``num_generations``: its probes' group of a prompt (two where one text is two train rows)."""
+    return min(len(rewards) for _, groups in record["train_groups"] for rewards in groups.values())
+
+
+def check_run(record: dict) -> SkipChecks:
     """The checks of one record that has ``train_groups``, ``prompt_skips`` and ``prompt_rewards``."""
-    checks = SkipChecks()
     probes = sorted((step, groups) for step, groups in record["train_groups"])
+    if not probes:
+        raise ValueError(f"{record['arm']} seed {record['seed']}: train_groups holds no evaluation.")
+    checks, group_size = SkipChecks(), group_size_of(record)
     probe_steps = [step for step, _ in probes]
     for step, groups in probes:
-        checks.train_split_frac.append((step, sum(map(splits, groups.values())) / len(groups)))
+        first_groups = [rewards[:group_size] for rewards in groups.values()]  # a text's first train row
+        checks.train_split_frac.append((step, sum(map(splits, first_groups)) / len(groups)))
     for index, skipped in enumerate(record["prompt_skips"]):  # index i: generated with the policy after i updates
         at = bisect.bisect_right(probe_steps, index) - 1
         if at < 0:
@@ -80,7 +89,7 @@ def share(counts: dict[str, int], key: str) -> str:
     return f"{counts[key] / total:.2f}" if total else "-"
 
 
-def table(records: list[dict], group_size: int = 8) -> str:
+def table(records: list[dict]) -> str:
     """One Markdown row per run: skips and drawn groups by outcome, the train set's split share (first, last
     evaluation) and the comebacks."""
     lines = [
@@ -89,7 +98,7 @@ def table(records: list[dict], group_size: int = 8) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for record in records:
-        checks = check_run(record, group_size)
+        checks = check_run(record)
         waits = checks.comeback_waits
         soon = sum(wait is not None and wait <= 5 for wait in waits)
         never = sum(wait is None for wait in waits)

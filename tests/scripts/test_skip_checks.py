@@ -37,7 +37,7 @@ def test_outcome_names_split_and_both_ties():
 
 
 def test_skips_are_checked_against_the_last_evaluation_at_or_before_them():
-    checks = check_run(record(), group_size=2)
+    checks = check_run(record())
     # index 1: a (all wrong at 0), b (all right at 0); index 2: c (at 2: one finite reward, a tie); index 3: a (split)
     assert checks.skips == {"split": 1, "all right": 2, "all wrong": 1}
     # drawn groups of 2: a tied wrong, c split then tied right, c split, b tied right, a split
