@@ -88,7 +88,8 @@ class SampledEvaluation(TrainerCallback):
         repeated = [row for row in rows for _ in range(samples)]
         batch_size = max(self.batch_size // samples, 1) * samples
         rewards: list[float] = []
-        devices = [model.device] if model.device.type == "cuda" else []  # manual_seed reseeds CUDA's too
+        device = next(model.parameters()).device
+        devices = [device] if device.type == "cuda" else []  # manual_seed reseeds CUDA's generator too
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             for start in range(0, len(repeated), batch_size):

@@ -87,3 +87,21 @@ def test_splits_needs_two_finite_rewards_that_differ():
 def test_train_groups_without_the_sampled_evaluation_is_refused(tmp_path):
     with pytest.raises(ValueError, match="--eval_train_groups"):
         spread_run(tmp_path, "--eval_train_groups", "true")
+
+
+def test_each_train_group_holds_one_prompts_samples(monkeypatch):
+    """The probe's rows are each train prompt repeated num_generations times, in batches of whole groups: a stand-in
+    sampler and scorer that score a row by its prompt give each group one prompt's score."""
+    from types import SimpleNamespace
+
+    from demo.held_out_eval import SampledEvaluation
+
+    evaluation = SampledEvaluation.__new__(SampledEvaluation)
+    evaluation.trainer = SimpleNamespace(num_generations=4, args=SimpleNamespace(seed=0))
+    evaluation.batch_size, evaluation.train_groups = 6, {}  # 6 rows a batch: one whole group of 4 each
+    evaluation.train_rows = [{"prompt": text} for text in ("a", "b", "c")]
+    batches = []
+    monkeypatch.setattr(evaluation, "_sample", lambda model, batch: batches.append(len(batch)) or [[0]] * len(batch))
+    monkeypatch.setattr(evaluation, "_score", lambda batch, ids, logged: [float(ord(row["prompt"])) for row in batch])
+    assert evaluation._probe_train_groups(torch.nn.Linear(1, 1), step=0) == 0.0  # every group tied
+    assert evaluation.train_groups[0] == [[97.0] * 4, [98.0] * 4, [99.0] * 4] and batches == [4, 4, 4]
