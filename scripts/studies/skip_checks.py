@@ -19,6 +19,7 @@ import bisect
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,8 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
 
 from demo.held_out_eval import splits
 from studies.runs import cached_records
+
+OUTCOMES = ("split", "all right", "all wrong")
 
 
 def outcome(rewards: list[float]) -> str:
@@ -41,12 +44,13 @@ def outcome(rewards: list[float]) -> str:
 class SkipChecks:
     """One run's checks: ``skips`` probed (a probe at or before them) by the probe's outcome; drawn groups by their
     own outcome; the train set's share that splits at each evaluation; each comeback's wait in steps (None: never
-    drawn again in the run)."""
+    drawn again in the run); each skip's prompt, its probe's outcome and whether a later probe of it splits."""
 
     skips: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
     drawn: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
     train_split_frac: list[tuple[int, float]] = field(default_factory=list)
     comeback_waits: list[int | None] = field(default_factory=list)
+    skipped_prompts: list[tuple[str, str, bool]] = field(default_factory=list)  # text, probe outcome, splits later
 
 
 def group_size_of(record: dict) -> int:
@@ -69,7 +73,10 @@ def check_run(record: dict) -> SkipChecks:
         if at < 0:
             continue
         for text in skipped:
-            checks.skips[outcome(probes[at][1][text][:group_size])] += 1
+            seen = outcome(probes[at][1][text][:group_size])
+            checks.skips[seen] += 1
+            later = any(splits(groups[text][:group_size]) for _, groups in probes[at + 1 :])
+            checks.skipped_prompts.append((text, seen, later))
     drawn_at: dict[str, list[int]] = {}
     for index, by_prompt in enumerate(record["prompt_rewards"]):
         for text, rewards in by_prompt.items():
@@ -103,12 +110,47 @@ def table(records: list[dict]) -> str:
         soon = sum(wait is not None and wait <= 5 for wait in waits)
         never = sum(wait is None for wait in waits)
         first, last = checks.train_split_frac[0][1], checks.train_split_frac[-1][1]
-        skips = " / ".join(share(checks.skips, key) for key in ("split", "all right", "all wrong"))
+        skips = " / ".join(share(checks.skips, key) for key in OUTCOMES)
         lines.append(
             f"| {record['arm']} seed {record['seed']} | {sum(checks.skips.values())} | {skips} | "
             f"{sum(checks.drawn.values())} | {share(checks.drawn, 'split')} | {first:.2f} / {last:.2f} | "
             f"{soon} / {len(waits) - soon - never} / {never} |"
         )
+    return "\n".join(lines)
+
+
+def train_levels(seed: int) -> dict[str, str]:
+    """Each train prompt's level in the study's split of ``seed`` (``revisited_prompts``), by its text."""
+    from demo.chat_arith_task import chat_arith_splits
+    from studies.revisited_prompts import NUM_PROMPTS
+    from studies.runs import prompt_text
+    from studies.time_to_accuracy_real import TASK
+
+    train, _ = chat_arith_splits(NUM_PROMPTS, TASK["num_eval_prompts"], seed)
+    return {prompt_text(prompt): level for prompt, level in zip(train["prompt"], train["level"], strict=True)}
+
+
+def level_table(records: list[dict], levels_of: Callable[[int], dict[str, str]] = train_levels) -> str:
+    """Per skipping run and level (``levels_of(seed)``: each prompt text's): skips by their probe's outcome, and the
+    prompts skipped while all wrong, by whether a probe after such a skip splits."""
+    lines = [
+        "| run | level | skips: split / all right / all wrong | prompts skipped while all wrong: split later / not |",
+        "|---|---|---|---|",
+    ]
+    for record in records:
+        checks, levels = check_run(record), levels_of(record["seed"])
+        for level in sorted(set(levels.values())):
+            skipped = [(text, seen, later) for text, seen, later in checks.skipped_prompts if levels[text] == level]
+            if not skipped:
+                continue
+            counts = " / ".join(str(sum(seen == key for _, seen, _ in skipped)) for key in OUTCOMES)
+            stuck: dict[str, bool] = {}
+            for text, seen, later in skipped:
+                if seen == "all wrong":
+                    stuck[text] = stuck.get(text, False) or later
+            split_later = sum(stuck.values())
+            lines.append(f"| {record['arm']} seed {record['seed']} | {level} | {counts} | "
+                         f"{split_later} / {len(stuck) - split_later} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -120,7 +162,7 @@ class SkipChecksArguments:
     table: str | None = field(default=None, metadata={"help": "Also write the Markdown table here."})
 
 
-def main(args: SkipChecksArguments) -> str:
+def main(args: SkipChecksArguments, levels_of: Callable[[int], dict[str, str]] = train_levels) -> str:
     cached = cached_records(args.runs_dir, args.arms, args.seeds)
     records = [record for record in cached if "train_groups" in record]
     missing = [record for record in cached if "train_groups" not in record]
@@ -130,6 +172,9 @@ def main(args: SkipChecksArguments) -> str:
     if missing:
         names = ", ".join(f"{record['arm']} seed {record['seed']}" for record in missing)
         out += f"\n\nLeft out (run before --eval_train_groups): {names}."
+    skipping = [record for record in records if any(record["prompt_skips"])]
+    if skipping:
+        out += "\n\nBy level (the study's split of each seed):\n\n" + level_table(skipping, levels_of)
     waits = [w for record in records for w in check_run(record).comeback_waits if w is not None]
     if waits:
         out += f"\n\nComebacks drawn again: median wait {statistics.median(waits)} steps."

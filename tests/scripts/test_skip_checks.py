@@ -51,6 +51,12 @@ def test_the_report_leaves_out_records_without_train_groups_and_names_them(tmp_p
     old = record(seed=1)
     del old["train_groups"]
     (tmp_path / "skip-rate-kf-seed1.json").write_text(json.dumps(old))
-    out = main(SkipChecksArguments(runs_dir=str(tmp_path), arms=["skip-rate-kf"], seeds=[0, 1]))
+    levels = {"a": "1", "b": "1", "c": "2"}
+    out = main(SkipChecksArguments(runs_dir=str(tmp_path), arms=["skip-rate-kf"], seeds=[0, 1]), lambda seed: levels)
     assert "| skip-rate-kf seed 0 | 4 |" in out
+    # level 1: a all wrong (split at the later probe), b all right, a split; level 2: c tied right
+    assert (
+        "| skip-rate-kf seed 0 | 1 | 1 / 1 / 1 | 1 / 0 |" in out
+        and "| skip-rate-kf seed 0 | 2 | 0 / 1 / 0 | 0 / 0 |" in out
+    )
     assert "Left out (run before --eval_train_groups): skip-rate-kf seed 1" in out
