@@ -42,15 +42,22 @@ def outcome(rewards: list[float]) -> str:
 
 @dataclass
 class SkipChecks:
-    """One run's checks: ``skips`` probed (a probe at or before them) by the probe's outcome; drawn groups by their
-    own outcome; the train set's share that splits at each evaluation; each comeback's wait in steps (None: never
-    drawn again in the run); each skip's prompt, its probe's outcome and whether a later probe of it splits."""
+    """One run's checks: each skip probed (a probe at or before it): its prompt, its probe's outcome and whether a
+    later probe of it splits; drawn groups by their own outcome; the train set's share that splits at each
+    evaluation; each comeback's wait in steps (None: never drawn again in the run)."""
 
-    skips: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
-    drawn: dict[str, int] = field(default_factory=lambda: {"split": 0, "all right": 0, "all wrong": 0})
+    skipped_prompts: list[tuple[str, str, bool]] = field(default_factory=list)  # text, probe outcome, splits later
+    drawn: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     train_split_frac: list[tuple[int, float]] = field(default_factory=list)
     comeback_waits: list[int | None] = field(default_factory=list)
-    skipped_prompts: list[tuple[str, str, bool]] = field(default_factory=list)  # text, probe outcome, splits later
+
+    @property
+    def skips(self) -> dict[str, int]:
+        """The skips probed, by their probe's outcome."""
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for _, seen, _ in self.skipped_prompts:
+            counts[seen] += 1
+        return counts
 
 
 def group_size_of(record: dict) -> int:
@@ -74,7 +81,6 @@ def check_run(record: dict) -> SkipChecks:
             continue
         for text in skipped:
             seen = outcome(probes[at][1][text][:group_size])
-            checks.skips[seen] += 1
             later = any(splits(groups[text][:group_size]) for _, groups in probes[at + 1 :])
             checks.skipped_prompts.append((text, seen, later))
     drawn_at: dict[str, list[int]] = {}
@@ -96,7 +102,7 @@ def share(counts: dict[str, int], key: str) -> str:
     return f"{counts[key] / total:.2f}" if total else "-"
 
 
-def table(records: list[dict]) -> str:
+def table(checked: list[tuple[dict, SkipChecks]]) -> str:
     """One Markdown row per run: skips and drawn groups by outcome, the train set's split share (first, last
     evaluation) and the comebacks."""
     lines = [
@@ -104,8 +110,7 @@ def table(records: list[dict]) -> str:
         "train prompts that split, first / last evaluation | comebacks: drawn again within 5 steps / later / never |",
         "|---|---|---|---|---|---|---|",
     ]
-    for record in records:
-        checks = check_run(record)
+    for record, checks in checked:
         waits = checks.comeback_waits
         soon = sum(wait is not None and wait <= 5 for wait in waits)
         never = sum(wait is None for wait in waits)
@@ -130,15 +135,17 @@ def train_levels(seed: int) -> dict[str, str]:
     return {prompt_text(prompt): level for prompt, level in zip(train["prompt"], train["level"], strict=True)}
 
 
-def level_table(records: list[dict], levels_of: Callable[[int], dict[str, str]] = train_levels) -> str:
+def level_table(
+    checked: list[tuple[dict, SkipChecks]], levels_of: Callable[[int], dict[str, str]] = train_levels
+) -> str:
     """Per skipping run and level (``levels_of(seed)``: each prompt text's): skips by their probe's outcome, and the
     prompts skipped while all wrong, by whether a probe after such a skip splits."""
     lines = [
         "| run | level | skips: split / all right / all wrong | prompts skipped while all wrong: split later / not |",
         "|---|---|---|---|",
     ]
-    for record in records:
-        checks, levels = check_run(record), levels_of(record["seed"])
+    for record, checks in checked:
+        levels = levels_of(record["seed"])
         for level in sorted(set(levels.values())):
             skipped = [(text, seen, later) for text, seen, later in checks.skipped_prompts if levels[text] == level]
             if not skipped:
@@ -168,14 +175,15 @@ def main(args: SkipChecksArguments, levels_of: Callable[[int], dict[str, str]] =
     missing = [record for record in cached if "train_groups" not in record]
     if not records:
         raise SystemExit(f"No record in {args.runs_dir} of {args.arms} x seeds {args.seeds} has train_groups.")
-    out = table(records)
+    checked = [(record, check_run(record)) for record in records]
+    out = table(checked)
     if missing:
         names = ", ".join(f"{record['arm']} seed {record['seed']}" for record in missing)
         out += f"\n\nLeft out (run before --eval_train_groups): {names}."
-    skipping = [record for record in records if any(record["prompt_skips"])]
+    skipping = [(record, checks) for record, checks in checked if checks.skipped_prompts]
     if skipping:
         out += "\n\nBy level (the study's split of each seed):\n\n" + level_table(skipping, levels_of)
-    waits = [w for record in records for w in check_run(record).comeback_waits if w is not None]
+    waits = [wait for _, checks in checked for wait in checks.comeback_waits if wait is not None]
     if waits:
         out += f"\n\nComebacks drawn again: median wait {statistics.median(waits)} steps."
     if args.table:
