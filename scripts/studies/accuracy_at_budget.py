@@ -48,6 +48,8 @@ LABELS = {
     "cgrpo-g8": "the peer `trl-cgrpo`, grid 2, 4, 8",
     "skip-rate-kf": "prompt skipping over `keep_failed`",
     "skip-rate-prior-kf": "prompt skipping over `keep_failed`, level prior",
+    "skip-fade-kf": "prompt skipping over `keep_failed`, fading evidence",
+    "skip-fade-prior-kf": "prompt skipping over `keep_failed`, level prior, fading evidence",
 }
 README_ARMS = ["trl", "keep_failed", "zvp-a02", "skip-rate-prior", "dynamic", "keep_failed-g4"]
 TOKEN_LABELS = {

@@ -16,11 +16,13 @@ other prompts than the sibling's of the same seed (one seeded generator draws bo
 it by level, not prompt by prompt.
 
 The arms: base TRL, ``keep_failed``, and prompt skipping over ``keep_failed`` with the prior by level
-(``skip-rate-prior-kf``) and without (``skip-rate-kf``). Every record (``runs.run_one``) also holds, per optimizer
-step, the completions generated of each prompt (``prompt_draws``), their rewards (``prompt_rewards``) and the prompts
-skipping passed over (``prompt_skips``), and, at each evaluation, a group of every train prompt sampled and not trained
-on (``train_groups``, ``--eval_train_groups``): whether a skipped prompt would have split. Records go to
-``--runs_dir``; run one run at a time (``--jobs 1``: a run peaks near 9 GB).
+(``skip-fade-prior-kf``) and without (``skip-fade-kf``); ``skip-rate-prior-kf`` and ``skip-rate-kf`` are the same on
+the predictor before its evidence faded (their records are read; ``time_to_accuracy_arms.FADE_COMMIT`` trains them).
+Every record (``runs.run_one``) also holds, per optimizer step, the completions generated of each prompt
+(``prompt_draws``), their rewards (``prompt_rewards``) and the prompts skipping passed over (``prompt_skips``), and, at
+each evaluation, a group of every train prompt sampled and not trained on (``train_groups``, ``--eval_train_groups``):
+whether a skipped prompt would have split. Records go to ``--runs_dir``; run one run at a time (``--jobs 1``: a run
+peaks near 9 GB).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
 from studies.time_to_accuracy_real import RealTimeToAccuracyArguments, run_real_study
 
 NUM_PROMPTS = 40  # today's level shares exactly; 10 steps a pass of 4 prompts: 4 passes in 40 steps
-ARMS_REVISITED = ["trl", "keep_failed", "skip-rate-prior-kf", "skip-rate-kf"]
+ARMS_REVISITED = ["trl", "keep_failed", "skip-fade-prior-kf", "skip-fade-kf"]
+ARMS_RETIRED = ["skip-rate-prior-kf", "skip-rate-kf"]  # the predictor before evidence fading: their records are read
 
 
 @dataclass
@@ -47,7 +50,7 @@ class RevisitedPromptsArguments(RealTimeToAccuracyArguments):
         metadata={"help": "Arms of time_to_accuracy.py's ARMS (its --help says what each suffix sets)."},
     )
     report_arms: list[str] = field(
-        default_factory=lambda: list(ARMS_REVISITED),
+        default_factory=lambda: [*ARMS_REVISITED, *ARMS_RETIRED],
         metadata={"help": "With --report_only: the arms reported, those with runs."},
     )
     seeds: list[int] = field(default_factory=lambda: list(range(10)))

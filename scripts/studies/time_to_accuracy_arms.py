@@ -23,8 +23,8 @@ class Arm:
     ``trl``: it trains TRL's own GRPOTrainer (base TRL, the package's flags dropped). ``setting``: its run-setting
     suffixes, a setting base TRL can be given too ("-mu2", "-x2", "-half", "-lr05", "-lr2", "-g4", "-g2", in the name's
     order); ``steps``: how many times max_steps it runs; ``lr_scale``: the factor on --learning_rate;
-    ``retired_at``: the commit that keeps the code of a setting the arm sets and the package no longer has (its
-    records are read, it is not run here: ``check_runnable``)."""
+    ``retired_at``: the commit that keeps the code of a setting the arm sets, or of the predictor it ran, and the
+    package no longer has (its records are read, it is not run here: ``check_runnable``)."""
 
     name: str
     flags: tuple[str, ...] = ()
@@ -117,11 +117,11 @@ def arm_flags(arm: str, args) -> list[str]:
 
 
 def check_runnable(arm: str) -> None:
-    """Refuse to train an arm whose setting left the package, naming the commit that trains it."""
+    """Refuse to train an arm whose setting or predictor left the package, naming the commit that trains it."""
     commit = ARMS[arm].retired_at if arm in ARMS else ""
     if commit:
         raise ValueError(
-            f"Arm {arm!r} sets a setting this package no longer has: train it at commit {commit} "
+            f"Arm {arm!r} trains a setting or a predictor this package no longer has: train it at commit {commit} "
             f"(git checkout {commit}); its records are read where they exist."
         )
 
@@ -169,3 +169,10 @@ add(Arm("cgrpo", ("--budget_grid", "2", "4", "8", "16", "32", "--num_generations
                   "--per_device_train_batch_size", WIDE_BATCH)))  # fmt: skip
 # Prompts that come back (revisited_prompts.py): does skipping pay over keep_failed once a prompt's own history exists?
 add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in ("skip-rate-prior", "skip-rate")))
+# The same flags on the predictor whose evidence fades as a prompt's level's rate moves (success_rate.EVIDENCE_FADE):
+# "skip-fade*"; the "skip-rate*-kf" records are of the predictor before it, which FADE_COMMIT trains. (The spread
+# task's "-rate" arms train the predictor of the checkout they run at: its page says which.)
+FADE_COMMIT = "f02fb2f"
+for arm in ("skip-rate-prior-kf", "skip-rate-kf"):
+    add(replace(ARMS[arm], name=arm.replace("skip-rate", "skip-fade")))
+    ARMS[arm] = replace(ARMS[arm], retired_at=FADE_COMMIT)

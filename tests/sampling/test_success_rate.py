@@ -132,6 +132,60 @@ def test_the_success_rates_are_checkpointed_and_a_mismatch_is_refused():
             other.load_state_dict(rates.state_dict())
 
 
+def test_a_checkpoint_keeps_the_rates_each_slot_was_recorded_at_and_one_of_0_3_weighs_its_evidence_fully():
+    """After the group's rate moved, the restored predictor draws as the saved one (the recorded rates travel); a
+    checkpoint without them (trl-zerostd 0.3) takes the group's rate at the checkpoint: weight 1 until it moves."""
+    rates = SuccessRates.new(8, 4, list("aabb"))
+    record_binary(rates, torch.tensor([0, 2]), torch.tensor([0.0, 8.0], dtype=torch.float64), torch.full((2,), 8.0))
+    record_binary(rates, torch.tensor([1]), torch.tensor([6.0], dtype=torch.float64), torch.full((1,), 8.0))
+    assert rates.evidence_weights(torch.tensor([0])).item() < 0.5
+    restored = SuccessRates.new(8, 4, list("aabb"))
+    restored.load_state_dict(rates.state_dict())
+    assert torch.equal(restored.draw_prob(torch.arange(4), 0.05), rates.draw_prob(torch.arange(4), 0.05))
+    old = {name: value for name, value in rates.state_dict().items() if name != "recorded_rates"}
+    restored.load_state_dict(old)
+    assert restored.evidence_weights(torch.arange(4)).tolist() == [1.0] * 4
+
+
+def test_evidence_weights_are_the_odds_ratio_between_the_groups_rate_then_and_now():
+    """Slot 0 recorded when its group's rate was 0.1, slot 1 at 0.75, slot 2 at the rate it has now; the group's rate
+    is now 0.25: odds 1/9 and 1/3 (ratio 1/3), 3 and 1/3 (ratio 1/9), and 1. With ``evidence_fade`` 2, squared."""
+    rates = SuccessRates.new(8, 3)
+    rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # (9.5 + 1) / (40 + 2) = 0.25
+    rates.recorded_rates = torch.tensor([0.1, 0.75, 0.25])
+    weights = rates.evidence_weights(torch.arange(3))
+    torch.testing.assert_close(weights, torch.tensor([1 / 3, 1 / 9, 1.0], dtype=torch.float64))
+    rates.evidence_fade = 2.0
+    torch.testing.assert_close(rates.evidence_weights(torch.arange(3)), weights**2)
+
+
+def rows(num_groups: int) -> torch.Tensor:
+    return torch.full((num_groups,), 8.0)
+
+
+def test_a_prompt_stuck_while_its_level_was_out_of_reach_is_drawn_again_once_the_levels_rate_rises():
+    """Two levels of two prompts, and a level "half" whose one prompt gets 4 of 8 right in every batch. Four batches
+    in which the others tie all wrong put both prompts of "rising" and of "flat" at the floor. Then the other prompt
+    of "rising" gets 6 of 8 right for 20 batches, while "flat" keeps tying all wrong: the stuck prompt of "rising" is
+    drawn again (its evidence weighs the odds ratio of its level's rate then and now), the one of "flat" stays at
+    the floor. Without the fade (``evidence_fade`` 0) both stay there."""
+    floor = 0.05
+    for fade, expected_rising in ((1.0, True), (0.0, False)):
+        rates = SuccessRates.new(8, 5, ["rising", "rising", "flat", "flat", "half"])
+        rates.evidence_fade = fade
+        half = torch.tensor([4.0], dtype=torch.float64)  # "half": 4 of 8 right in every batch, the best group
+        for _ in range(4):
+            record_binary(rates, torch.arange(5), torch.cat([torch.zeros(4, dtype=torch.float64), half]), rows(5))
+        assert rates.draw_prob(torch.tensor([0, 2]), floor).tolist() == [floor, floor]
+        for _ in range(20):
+            record_binary(
+                rates, torch.tensor([1, 3, 4]), torch.cat([torch.tensor([6.0, 0.0]), half]).double(), rows(3)
+            )
+        rising, flat = rates.draw_prob(torch.tensor([0, 2]), floor).tolist()
+        assert flat == floor
+        assert (rising > 0.5) is expected_rising, (fade, rising)
+
+
 def test_a_prompts_beta_is_its_groups_rate_weighing_four_rows_plus_its_own_decayed_counts():
     rates = SuccessRates.new(4, 3, ["a", "a", "b"])
     record_binary(rates, torch.tensor([0, 0]), torch.tensor([0.0, 1.0], dtype=torch.float64), torch.tensor([4.0, 4.0]))

@@ -7,7 +7,7 @@ import pytest
 
 from studies.runs import train_job
 from studies.time_to_accuracy import TimeToAccuracyArguments, jobs
-from studies.time_to_accuracy_arms import ARMS, arm_flags, groups_per_step
+from studies.time_to_accuracy_arms import ARMS, FADE_COMMIT, arm_flags, groups_per_step
 from studies.time_to_accuracy_real import ARMS_REAL, PLOT_ARMS, REPORT_ARMS_REAL
 from trl_zerostd.core.settings import ZERO_STD_FIELDS, allowed_values
 
@@ -60,7 +60,9 @@ def test_a_retired_arm_is_read_not_run(tmp_path):
     before any run starts and where a run is trained; with its records there, its jobs are the records to read."""
     study = TimeToAccuracyArguments(arms=["trl", "estimate-prior-cal1"], seeds=[0, 1], runs_dir=str(tmp_path))
     (tmp_path / "estimate-prior-cal1-seed0.json").write_text("{}")
-    refused = r"'estimate-prior-cal1' sets a setting this package no longer has: train it at commit 92928d9"
+    refused = (
+        r"'estimate-prior-cal1' trains a setting or a predictor this package no longer has: train it at commit 92928d9"
+    )
     with pytest.raises(ValueError, match=refused):
         jobs(study)
     with pytest.raises(ValueError, match=refused):
@@ -72,14 +74,18 @@ def test_a_retired_arm_is_read_not_run(tmp_path):
 
 def test_every_arm_s_values_are_the_package_s_unless_retired():
     """An arm that sets a value the package refuses, or a field it no longer has, is marked retired (its setting left
-    the package)."""
+    the package); the arms retired with the predictor before evidence fading set only the package's values."""
     allowed = allowed_values()
+    assert [name for name, arm in ARMS.items() if arm.retired_at == FADE_COMMIT] == [
+        "skip-rate-prior-kf",
+        "skip-rate-kf",
+    ]
     for name, arm in ARMS.items():
         flags = arm_flags(name, STUDY)
         values = {flag.lstrip("-"): value for flag, value in zip(flags[::2], flags[1::2], strict=False)}
         lacked = {flag.lstrip("-") for flag in fields_the_package_lacks(name)}
         refused = lacked | {field for field, value in values.items() if value not in allowed.get(field, (value,))}
-        assert bool(refused) == bool(arm.retired_at), (name, refused)
+        assert bool(refused) == bool(arm.retired_at and arm.retired_at != FADE_COMMIT), (name, refused)
 
 
 def test_a_run_of_one_arm_is_reported_beside_base_trl_s_records_of_its_seeds(tmp_path, monkeypatch, capsys):

@@ -17,7 +17,7 @@ from ..core.groups import grouped, widen_reward_range, zero_std_groups
 from .streams import stable_hash
 from .success_rate import Outcome, SuccessRates, dense_ids
 
-HASHED_SLOTS = 1 << 20  # a streaming run's history table: 29 bytes a slot (21 of success rates, an 8-byte key), 29 MiB
+HASHED_SLOTS = 1 << 20  # a streaming run's history table: 37 bytes a slot (29 of success rates, an 8-byte key), 37 MiB
 
 
 def group_outcomes(

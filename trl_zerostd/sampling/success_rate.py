@@ -1,6 +1,7 @@
 """Prompt skipping's predictor: the chance that a prompt's next group is informative, from what its earlier groups
 gave (``SuccessRates``): a per-prompt success rate over its recent groups, Beta-distributed around its group's rate
-(a ``skip_prior_key`` value), mixed with the chance that the prompt is stuck (ties on one side in every group).
+(a ``skip_prior_key`` value), mixed with the chance that the prompt is stuck (ties on one side in every group). A
+prompt's own evidence fades as its group's rate moves away from what it was when the prompt was last measured.
 
 No trainer or TRL import. Prompts are seen through history slots (``skipping.PromptSkipper`` maps prompts to them);
 ``G = num_generations``.
@@ -20,6 +21,7 @@ RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so 
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
 PRIOR_DECAY = 0.9  # per generation batch: a group's rate looks back ~10 batches
+EVIDENCE_FADE = 1.0  # a prompt's own evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE
 
 
 class Outcome(IntEnum):
@@ -84,7 +86,12 @@ class SuccessRates:
     pass after pass falls to the floor within a few groups; one that split once is never stuck, and is drawn as
     its success rate says (at least as often as without the mixture). The chance that its next group is informative
     is ``(1 - P(stuck)) * P_beta(informative)``; it is drawn with probability ``(that / P_best) ** DRAW_POWER``,
-    ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``. 21 bytes a slot."""
+    ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``.
+
+    A prompt's own evidence (its counts and its one-sided rows) was measured on the policy of its last group. As
+    training moves its group's rate, that evidence weighs less (``evidence_weights``): a prompt stuck while its level
+    was out of reach is measured again once the level's rate has risen, while one stuck at a level whose rate stays
+    put stays at the floor. 29 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
@@ -93,6 +100,8 @@ class SuccessRates:
     group_counts: torch.Tensor  # (num_groups, 2) float64: decayed successes and valid rows
     one_sided: torch.Tensor  # (num_slots,) float32: rows of its all-high groups (+), or of its all-low groups (-)
     split: torch.Tensor  # (num_slots,) bool: it split a group, or tied on both sides (``one_sided`` then unused)
+    recorded_rates: torch.Tensor  # (num_slots,) float64: its group's success rate after its last group was recorded
+    evidence_fade: float = EVIDENCE_FADE
 
     @classmethod
     def new(cls, group_size: int, num_slots: int, group_values: list | None = None) -> SuccessRates:
@@ -104,7 +113,8 @@ class SuccessRates:
         counts = torch.zeros(num_slots, dtype=torch.float32)
         group_counts = torch.zeros(num_groups, 2, dtype=torch.float64)
         split = torch.zeros(num_slots, dtype=torch.bool)
-        return cls(group_size, counts, counts.clone(), groups, group_counts, counts.clone(), split)
+        recorded_rates = torch.full((num_slots,), 0.5, dtype=torch.float64)
+        return cls(group_size, counts, counts.clone(), groups, group_counts, counts.clone(), split, recorded_rates)
 
     def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
         """One generation batch's groups, in draw order (a slot drawn twice counts twice): ``Outcome``, successes
@@ -122,6 +132,7 @@ class SuccessRates:
                 self.split[slot] = True
             self.one_sided[slot] += side * row_count
         self.group_counts.index_add_(0, self.groups[slots], torch.stack([successes, rows], dim=1).double())
+        self.recorded_rates[slots] = self.group_rates()[self.groups[slots]]
 
     def group_rates(self) -> torch.Tensor:
         """``(num_groups,)`` each group's success rate, ``(successes + 1) / (rows + 2)`` over its decayed counts
@@ -133,19 +144,31 @@ class SuccessRates:
         rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
 
+    def evidence_weights(self, slots: torch.Tensor) -> torch.Tensor:
+        """``(k,)`` float64 in (0, 1]: how much each slot's own evidence weighs now, the odds ratio (<= 1) between its
+        group's success rate when the slot was last recorded and now, to the power ``evidence_fade`` (a rate from 0.1
+        to 0.3: weight 0.26). Why the group's rate and not time: the rate moves as training changes what the policy
+        solves, and only then is a prompt's old outcome stale; a run whose rates hold still keeps its evidence."""
+        now = self.group_rates()[self.groups[slots]]
+        then = self.recorded_rates[slots].clamp(RATE_CLAMP, 1 - RATE_CLAMP)
+        log_odds_ratio = (torch.logit(now) - torch.logit(then)).abs()
+        return torch.exp(-self.evidence_fade * log_odds_ratio)
+
     def beta(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k,)`` float64 ``Beta`` parameters of each slot's prompt's success rate: its group's rate weighing
-        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures."""
+        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures weighed by ``evidence_weights``."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        successes, rows = self.successes[slots].double(), self.rows[slots].double()
+        weights = self.evidence_weights(slots)
+        successes, rows = weights * self.successes[slots].double(), weights * self.rows[slots].double()
         failures = (rows - successes).clamp(min=0)
         return prior + successes, RATE_PRIOR_ROWS - prior + failures
 
     def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
         """``(k,)`` predicted probability that the next group of each slot's prompt is informative: not stuck, and
-        informative by its success rate's ``Beta``."""
+        informative by its success rate's ``Beta``, each from its ``evidence_weights``-weighed evidence."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, self.one_sided[slots], self.split[slots])
+        one_sided = self.evidence_weights(slots) * self.one_sided[slots].double()
+        not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, one_sided, self.split[slots])
         return not_stuck * informative_prob(*self.beta(slots), self.group_size)
 
     def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
@@ -157,6 +180,7 @@ class SuccessRates:
 
     def clear(self, slots: torch.Tensor) -> None:
         self.successes[slots], self.rows[slots], self.one_sided[slots], self.split[slots] = 0.0, 0.0, 0.0, False
+        self.recorded_rates[slots] = 0.5
 
     def state_dict(self) -> dict:
         return {
@@ -165,10 +189,13 @@ class SuccessRates:
             "group_counts": self.group_counts,
             "one_sided": self.one_sided,
             "split": self.split,
+            "recorded_rates": self.recorded_rates,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore ``state_dict``'s; a checkpoint of another dataset or ``skip_prior_key`` is refused."""
+        """Restore ``state_dict``'s; a checkpoint of another dataset or ``skip_prior_key`` is refused. A checkpoint
+        of trl-zerostd 0.3, whose slots carry no recorded rate, takes each slot's group rate at the checkpoint: its
+        evidence weighs fully until the rates move."""
         if state["group_counts"].shape != self.group_counts.shape or len(state["successes"]) != len(self.successes):
             raise ValueError(
                 "The checkpoint's prompt-skip success rates do not match this run's: the train_dataset, "
@@ -177,3 +204,7 @@ class SuccessRates:
         self.successes, self.rows = state["successes"].float(), state["rows"].float()
         self.group_counts = state["group_counts"].double()
         self.one_sided, self.split = state["one_sided"].float(), state["split"].bool()
+        recorded_rates = state.get("recorded_rates")
+        if recorded_rates is None:
+            recorded_rates = self.group_rates()[self.groups]
+        self.recorded_rates = recorded_rates.double()
