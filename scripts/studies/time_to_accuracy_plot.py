@@ -27,9 +27,12 @@ def plot(records: list[dict], args) -> None:
     axes, ratio_axis = all_axes[:2], all_axes[2]
     axes[1].sharey(axes[0])
     base = [r for r in records if r["arm"] == "trl"]
+    plotted = [r for r in records if r["arm"] in args.plot_arms] or base
     tokens = statistics.fmean(generated_tokens(r)[-1] for r in base)
-    axes[0].set_xlim(0, 2.5 * tokens / 1e6)  # dynamic runs go far past
-    axes[1].set_xlim(0, 2.5 * statistics.fmean(sum(r["step_time"]) for r in base))
+    wall = statistics.fmean(sum(r["step_time"]) for r in base)
+    # to the farthest run plotted, at most 2.5x TRL's (dynamic runs go far past)
+    axes[0].set_xlim(0, 1.05 * min(2.5 * tokens, max(generated_tokens(r)[-1] for r in plotted)) / 1e6)
+    axes[1].set_xlim(0, 1.05 * min(2.5 * wall, max(sum(r["step_time"]) for r in plotted)))
     for index, arm in enumerate(args.plot_arms):
         runs = [r for r in records if r["arm"] == arm]
         if not runs:
