@@ -67,7 +67,7 @@ def replay(
     skipper.rates.evidence_fade = evidence_fade
     every_prompt = torch.arange(len(texts))
     predictions = []
-    for step, by_prompt in enumerate(record["prompt_rewards"]):
+    for step, by_prompt in enumerate([*record["prompt_rewards"], {}]):  # a probe after the last step too
         if step in probes and step > 0:
             informative = skipper.rates.informative_prob(every_prompt).tolist()
             draw = skipper.draw_prob(every_prompt).tolist()
@@ -108,7 +108,7 @@ class Scores:
 
 def scores(predictions: list[Prediction]) -> Scores:
     labels = [prediction.split for prediction in predictions]
-    by_draw = sorted(predictions, key=lambda prediction: prediction.draw_prob)
+    by_draw = sorted(predictions, key=lambda prediction: (prediction.draw_prob, prediction.informative_prob))
     lowest = by_draw[: max(1, len(by_draw) // 4)]
     split_draws = [prediction.draw_prob for prediction in predictions if prediction.split]
     tied_draws = [prediction.draw_prob for prediction in predictions if not prediction.split]

@@ -7,10 +7,11 @@ later ones (a ceiling for any history of the prompt's own groups).
 
 Predictors: the prompt's band (its ``--prior_key`` group's informative rate over ~10 batches: ``skip_prior_key``'s
 prior); the band and the prompt's last outcome (never drawn / informative / all-wrong / all-right: what the streak
-predictor, since removed, read), and the band and the number right in its last group, each as the informative rate
-of its cell over ~10 batches (a calibrated lookup table); the package's ``SuccessRates`` (prompt skipping's
-predictor) with the band as its groups; and "hindsight": the same Beta-binomial on the prompt's groups before and
-after (weight halving every 30 steps away), never the group itself. Prompts are keyed by their text.
+predictor, since removed, read), and the band and the number right in its last group, each as the informative rate of
+its cell over ~10 batches (a calibrated lookup table); the package's ``SuccessRates`` (prompt skipping's predictor)
+with the band as its groups, and the same with its evidence never fading (``evidence_fade`` 0); and "hindsight": the
+same Beta-binomial on the prompt's groups before and after (weight halving every 30 steps away), never the group
+itself. Prompts are keyed by their text.
 
 For each: the AUC (the chance that an informative group was scored above a zero-variance one), and the informative
 share of the 30% and 50% of groups it scores highest; a skip rule that generated only those would need TRL's
@@ -36,7 +37,7 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
 
 from studies.runs import run_all, train_job
 from studies.time_to_accuracy import TimeToAccuracyArguments, common_flags
-from trl_zerostd.sampling.success_rate import Outcome, SuccessRates, informative_prob
+from trl_zerostd.sampling.success_rate import EVIDENCE_FADE, Outcome, SuccessRates, informative_prob
 
 SHARES = (0.3, 0.5)  # of the groups, scored highest
 CELL_DECAY = 0.9  # per batch, as the prior's
@@ -118,12 +119,13 @@ def last_outcome(rewards: list[float] | None) -> str:
     return "informative" if informative(rewards) else ("all-right" if min(rewards) > 0.5 else "all-wrong")
 
 
-def success_rates(groups: list) -> list[float]:
+def success_rates(groups: list, evidence_fade: float = EVIDENCE_FADE) -> list[float]:
     """Per group: ``SuccessRates.informative_prob`` of its prompt before its batch (binary reward: right = 1)."""
     prompts = {prompt: value for _, prompt, value, _ in groups}
     slot = {prompt: i for i, prompt in enumerate(prompts)}
     G = len(groups[0][3])
     rates, scores = SuccessRates.new(G, len(slot), list(prompts.values())), []
+    rates.evidence_fade = evidence_fade
     for batch in batches(groups):
         slots = torch.tensor([slot[prompt] for _, prompt, _, _ in batch])
         scores += rates.informative_prob(slots).tolist()
@@ -164,6 +166,7 @@ PREDICTORS = {
         groups, lambda value, last: (value, None if last is None else round(sum(last)))
     ),
     "success rate (prompt skipping's)": success_rates,
+    "success rate, its evidence never fading": partial(success_rates, evidence_fade=0.0),
     "hindsight (sees later groups)": hindsight,
 }
 

@@ -132,9 +132,9 @@ def test_the_success_rates_are_checkpointed_and_a_mismatch_is_refused():
             other.load_state_dict(rates.state_dict())
 
 
-def test_a_checkpoint_keeps_the_rates_each_slot_was_recorded_at_and_one_of_0_3_weighs_its_evidence_fully():
+def test_a_checkpoint_keeps_the_rates_each_slot_was_recorded_at_and_one_without_them_weighs_its_evidence_fully():
     """After the group's rate moved, the restored predictor draws as the saved one (the recorded rates travel); a
-    checkpoint without them (trl-zerostd 0.3) takes the group's rate at the checkpoint: weight 1 until it moves."""
+    checkpoint without them takes the group's rate at the checkpoint: weight 1 until it moves."""
     rates = SuccessRates.new(8, 4, list("aabb"))
     record_binary(rates, torch.tensor([0, 2]), torch.tensor([0.0, 8.0], dtype=torch.float64), torch.full((2,), 8.0))
     record_binary(rates, torch.tensor([1]), torch.tensor([6.0], dtype=torch.float64), torch.full((1,), 8.0))
@@ -152,11 +152,25 @@ def test_evidence_weights_are_the_odds_ratio_between_the_groups_rate_then_and_no
     is now 0.25: odds 1/9 and 1/3 (ratio 1/3), 3 and 1/3 (ratio 1/9), and 1. With ``evidence_fade`` 2, squared."""
     rates = SuccessRates.new(8, 3)
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # (9.5 + 1) / (40 + 2) = 0.25
-    rates.recorded_rates = torch.tensor([0.1, 0.75, 0.25])
+    rates.recorded_rates = torch.tensor([0.1, 0.75, 0.25], dtype=torch.float64)
     weights = rates.evidence_weights(torch.arange(3))
     torch.testing.assert_close(weights, torch.tensor([1 / 3, 1 / 9, 1.0], dtype=torch.float64))
     rates.evidence_fade = 2.0
     torch.testing.assert_close(rates.evidence_weights(torch.arange(3)), weights**2)
+
+
+def test_a_new_group_lands_on_the_earlier_evidence_weighed_as_it_stood():
+    """Slot 0 tied all wrong (8 rows), then its group's rate moved to 0.25: its next group (4 right of 8) is added to
+    the earlier evidence weighed by ``evidence_weights``, not to that evidence at full weight again."""
+    rates = SuccessRates.new(8, 2)
+    record_binary(rates, torch.tensor([0]), torch.tensor([0.0], dtype=torch.float64), rows(1))
+    rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # rate 0.25
+    weight = rates.evidence_weights(torch.tensor([0])).item()
+    assert 0 < weight < 0.9
+    record_binary(rates, torch.tensor([0]), torch.tensor([4.0], dtype=torch.float64), rows(1))
+    assert rates.rows[0].item() == pytest.approx(0.5 * weight * 8 + 8)
+    assert rates.successes[0].item() == pytest.approx(4.0)
+    assert rates.one_sided[0].item() == pytest.approx(-8 * weight) and rates.split[0]
 
 
 def rows(num_groups: int) -> torch.Tensor:

@@ -338,8 +338,20 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "skipping: the success rate ignores its group's rate",
         "sampling/success_rate.py",
-        "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]\n        successes, rows",
-        "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots\n        successes, rows",
+        "prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]\n        weights",
+        "prior = RATE_PRIOR_ROWS * 0.5 + 0 * slots\n        weights",
+    ),
+    (
+        "skipping: a prompt's evidence never fades as its group's rate moves",
+        "sampling/success_rate.py",
+        "return torch.exp(-self.evidence_fade * log_odds_ratio)",
+        "return torch.ones_like(log_odds_ratio)",
+    ),
+    (
+        "skipping: faded evidence returns to full weight with a new group",
+        "sampling/success_rate.py",
+        "evidence[recorded] *= weights",
+        "evidence[recorded] *= 1.0",
     ),
     (
         "skipping: a group's rate is the ratio of its decayed counts (no prior: a starved group stays starved)",

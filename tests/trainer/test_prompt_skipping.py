@@ -16,9 +16,11 @@ from trl_zerostd.trainer.state import SKIP_STATE_FILE
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_a_prompt_tied_before_is_skipped_and_its_rates_say_why(make_trainer, kind):
     """ "1+1=" (4 right of 4 each time) is drawn in fewer than half of the quarter of the groups it would get without
-    skipping; its rates count every row right and every group tied high, the others' 2 right of 4 per group."""
+    skipping; its rates count every row right and every group tied high, the others' 2 right of 4 per group (the
+    evidence unfaded, ``evidence_fade`` 0, so that the counts are exact)."""
     steps = 24
     trainer = make_trainer(kind, prompts=DATA, **SKIP)
+    trainer.zero_std.skipper.rates.evidence_fade = 0.0
     drawn = trained_groups(trainer, steps)  # without dynamic sampling: every group generated
     assert len(drawn) == 2 * steps and drawn.count("1+1=") < steps * 2 / 4 / 2
     rates, metrics = trainer.zero_std.skipper.rates, trainer._metrics["train"]
@@ -127,9 +129,11 @@ def test_bad_skip_settings_are_named(tmp_path, setting, value):
 
 
 def test_history_key_column_pools_the_rows_that_share_it(make_trainer):
-    """skip_history_key="prompt": the two "1+1=" rows share one history, whose tied rows count both rows' draws."""
+    """skip_history_key="prompt": the two "1+1=" rows share one history, whose tied rows count both rows' draws (the
+    evidence unfaded, ``evidence_fade`` 0, so that the count is exact)."""
     prompts = ["1+1=", "1+1=", *DATA[1:]]
     trainer = make_trainer(prompts=prompts, skip_history_key="prompt", **SKIP)
+    trainer.zero_std.skipper.rates.evidence_fade = 0.0
     drawn = trained_groups(trainer, 12)
     rates = trainer.zero_std.skipper.rates
     assert len(rates.successes) == len(set(prompts))  # one history per distinct prompt

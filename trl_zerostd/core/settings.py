@@ -79,8 +79,9 @@ class ZeroStdArguments:
             "help": "Draw every training prompt from a seeded stream over the train dataset and skip, before "
             "generating it, a prompt predicted to give a zero-variance group: each prompt's success rate over its "
             "recent groups, around its skip_prior_key group's rate, and the chance that it ties forever (a prompt "
-            "whose groups all tied on one side) give the chance that its next group is informative, its own groups "
-            "weighing less as its group's rate moves from what it was when they were drawn; the prompt is "
+            "whose groups all tied on one side) give the chance that its next group is informative, its own "
+            "outcomes weighing less as its skip_prior_key group's rate (all prompts' without one) moves from what it "
+            "was at its last draw; the prompt is "
             "drawn with (that chance / a never-drawn prompt's of the best group)**2, never below "
             "skip_min_draw_prob. With or without dynamic_sampling."
         },

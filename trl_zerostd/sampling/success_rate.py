@@ -91,7 +91,9 @@ class SuccessRates:
     A prompt's own evidence (its counts and its one-sided rows) was measured on the policy of its last group. As
     training moves its group's rate, that evidence weighs less (``evidence_weights``): a prompt stuck while its level
     was out of reach is measured again once the level's rate has risen, while one stuck at a level whose rate stays
-    put stays at the floor. 29 bytes a slot."""
+    put stays at the floor. Without a prior column the group is every prompt, so a rising overall rate brings every
+    stuck prompt back now and then; and a level rarely drawn drifts toward 0.5 (``group_rates``), which brings its
+    prompts back too. 29 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
@@ -118,10 +120,15 @@ class SuccessRates:
 
     def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
         """One generation batch's groups, in draw order (a slot drawn twice counts twice): ``Outcome``, successes
-        and valid rows of each; a group with no valid row changes nothing."""
-        self.group_counts *= PRIOR_DECAY
+        and valid rows of each; a group with no valid row changes nothing. A slot's earlier evidence is first
+        weighed by ``evidence_weights``, so that it does not return to full weight with the new group."""
         counted = rows > 0
         slots, outcomes, successes, rows = slots[counted], outcomes[counted], successes[counted], rows[counted]
+        recorded = slots.unique()
+        weights = self.evidence_weights(recorded).float()
+        for evidence in (self.successes, self.rows, self.one_sided):
+            evidence[recorded] *= weights
+        self.group_counts *= PRIOR_DECAY
         for slot, outcome, success, row_count in zip(
             slots.tolist(), outcomes.tolist(), successes.tolist(), rows.tolist(), strict=True
         ):
@@ -194,8 +201,8 @@ class SuccessRates:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore ``state_dict``'s; a checkpoint of another dataset or ``skip_prior_key`` is refused. A checkpoint
-        of trl-zerostd 0.3, whose slots carry no recorded rate, takes each slot's group rate at the checkpoint: its
-        evidence weighs fully until the rates move."""
+        without ``recorded_rates`` takes each slot's group rate at the checkpoint: its evidence weighs fully until the
+        rates move."""
         if state["group_counts"].shape != self.group_counts.shape or len(state["successes"]) != len(self.successes):
             raise ValueError(
                 "The checkpoint's prompt-skip success rates do not match this run's: the train_dataset, "

@@ -6,7 +6,7 @@ again; the refill reads whether it is dynamic sampling from the settings it hold
 
 A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
 stream's place, the refill's decayed group counts), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
-skipper's tensors (29 bytes a history slot, too large for JSON). On resume, a setting that decides only how each
+skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a setting that decides only how each
 batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported; every other one configures an
 object with state and must be the checkpoint's, or the state would not fit the object. A checkpoint without the
 file (TRL's own) leaves the state as built: the stream and skipper start fresh.
