@@ -138,25 +138,42 @@ def test_a_checkpoint_keeps_the_rates_each_slot_was_recorded_at_and_one_without_
     rates = SuccessRates.new(8, 4, list("aabb"))
     record_binary(rates, torch.tensor([0, 2]), torch.tensor([0.0, 8.0], dtype=torch.float64), torch.full((2,), 8.0))
     record_binary(rates, torch.tensor([1]), torch.tensor([6.0], dtype=torch.float64), torch.full((1,), 8.0))
-    assert rates.evidence_weights(torch.tensor([0])).item() < 0.5
+    assert rates.evidence_weights(torch.tensor([0]))[1].item() < 0.5  # its failures, as the rate rose
     restored = SuccessRates.new(8, 4, list("aabb"))
     restored.load_state_dict(rates.state_dict())
     assert torch.equal(restored.draw_prob(torch.arange(4), 0.05), rates.draw_prob(torch.arange(4), 0.05))
     old = {name: value for name, value in rates.state_dict().items() if name != "recorded_rates"}
     restored.load_state_dict(old)
-    assert restored.evidence_weights(torch.arange(4)).tolist() == [1.0] * 4
+    assert [weights.tolist() for weights in restored.evidence_weights(torch.arange(4))] == [[1.0] * 4] * 2
 
 
-def test_evidence_weights_are_the_odds_ratio_between_the_groups_rate_then_and_now():
+def test_evidence_weights_fade_failures_as_the_rate_rises_and_successes_as_it_falls():
     """Slot 0 recorded when its group's rate was 0.1, slot 1 at 0.75, slot 2 at the rate it has now; the group's rate
-    is now 0.25: odds 1/9 and 1/3 (ratio 1/3), 3 and 1/3 (ratio 1/9), and 1. With ``evidence_fade`` 2, squared."""
+    is now 0.25: slot 0's failures weigh the odds ratio of 1/9 and 1/3 (1/3), slot 1's successes that of 3 and 1/3
+    (1/9), the rest 1. With ``evidence_fade`` 2, squared."""
     rates = SuccessRates.new(8, 3)
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # (9.5 + 1) / (40 + 2) = 0.25
     rates.recorded_rates = torch.tensor([0.1, 0.75, 0.25], dtype=torch.float64)
-    weights = rates.evidence_weights(torch.arange(3))
-    torch.testing.assert_close(weights, torch.tensor([1 / 3, 1 / 9, 1.0], dtype=torch.float64))
+    successes, failures = rates.evidence_weights(torch.arange(3))
+    torch.testing.assert_close(successes, torch.tensor([1.0, 1 / 9, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(failures, torch.tensor([1 / 3, 1.0, 1.0], dtype=torch.float64))
     rates.evidence_fade = 2.0
-    torch.testing.assert_close(rates.evidence_weights(torch.arange(3)), weights**2)
+    torch.testing.assert_close(rates.evidence_weights(torch.arange(3))[0], successes**2)
+    torch.testing.assert_close(rates.evidence_weights(torch.arange(3))[1], failures**2)
+
+
+def test_weighed_evidence_weighs_successes_failures_and_each_side_of_the_ties_by_their_weights():
+    """Slot 0: 2 right of 8 and all-wrong ties of 6 rows; slot 1: 8 right of 8, all right; rate then 0.1 and 0.75,
+    now 0.25, as above."""
+    rates = SuccessRates.new(8, 2)
+    rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)
+    rates.recorded_rates = torch.tensor([0.1, 0.75], dtype=torch.float64)
+    rates.successes, rates.rows = torch.tensor([2.0, 8.0]), torch.tensor([8.0, 8.0])
+    rates.one_sided = torch.tensor([-6.0, 8.0])
+    successes, rows, one_sided = rates.weighed_evidence(torch.arange(2))
+    torch.testing.assert_close(successes, torch.tensor([2.0, 8 / 9], dtype=torch.float64))
+    torch.testing.assert_close(rows, torch.tensor([2.0 + 6 / 3, 8 / 9], dtype=torch.float64))
+    torch.testing.assert_close(one_sided, torch.tensor([-6 / 3, 8 / 9], dtype=torch.float64))
 
 
 def test_a_new_group_lands_on_the_earlier_evidence_weighed_as_it_stood():
@@ -165,7 +182,7 @@ def test_a_new_group_lands_on_the_earlier_evidence_weighed_as_it_stood():
     rates = SuccessRates.new(8, 2)
     record_binary(rates, torch.tensor([0]), torch.tensor([0.0], dtype=torch.float64), rows(1))
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # rate 0.25
-    weight = rates.evidence_weights(torch.tensor([0])).item()
+    weight = rates.evidence_weights(torch.tensor([0]))[1].item()  # its failures: the rate rose
     assert 0 < weight < 0.9
     record_binary(rates, torch.tensor([0]), torch.tensor([4.0], dtype=torch.float64), rows(1))
     assert rates.rows[0].item() == pytest.approx(0.5 * weight * 8 + 8)

@@ -344,14 +344,20 @@ MUTATIONS = [  # (label, file, original, mutant)
     (
         "skipping: a prompt's evidence never fades as its group's rate moves",
         "sampling/success_rate.py",
-        "return torch.exp(-self.evidence_fade * log_odds_ratio)",
-        "return torch.ones_like(log_odds_ratio)",
+        "torch.exp(-self.evidence_fade * log_odds_ratio.clamp(min=0))",
+        "torch.ones_like(log_odds_ratio)",
+    ),
+    (
+        "skipping: a prompt's successes fade as its group's rate rises (the fade ignores the move's direction)",
+        "sampling/success_rate.py",
+        "return fade(-change), fade(change)",
+        "return fade(change.abs()), fade(change.abs())",
     ),
     (
         "skipping: faded evidence returns to full weight with a new group",
         "sampling/success_rate.py",
-        "evidence[recorded] *= weights",
-        "evidence[recorded] *= 1.0",
+        "evidence[recorded] = weighed.float()",
+        "evidence[recorded] = evidence[recorded]",
     ),
     (
         "skipping: a group's rate is the ratio of its decayed counts (no prior: a starved group stays starved)",

@@ -1,7 +1,8 @@
 """Prompt skipping's predictor: the chance that a prompt's next group is informative, from what its earlier groups
 gave (``SuccessRates``): a per-prompt success rate over its recent groups, Beta-distributed around its group's rate
 (a ``skip_prior_key`` value), mixed with the chance that the prompt is stuck (ties on one side in every group). A
-prompt's own evidence fades as its group's rate moves away from what it was when the prompt was last measured.
+prompt's failures fade as its group's rate rises above what it was when the prompt was last measured, its successes
+as the rate falls below it.
 
 No trainer or TRL import. Prompts are seen through history slots (``skipping.PromptSkipper`` maps prompts to them);
 ``G = num_generations``.
@@ -21,7 +22,7 @@ RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so 
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
 PRIOR_DECAY = 0.9  # per generation batch: a group's rate looks back ~10 batches
-EVIDENCE_FADE = 1.0  # a prompt's own evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE
+EVIDENCE_FADE = 1.0  # stale evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE
 
 
 class Outcome(IntEnum):
@@ -89,11 +90,12 @@ class SuccessRates:
     ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``.
 
     A prompt's own evidence (its counts and its one-sided rows) was measured on the policy of its last group. As
-    training moves its group's rate, that evidence weighs less (``evidence_weights``): a prompt stuck while its level
-    was out of reach is measured again once the level's rate has risen, while one stuck at a level whose rate stays
-    put stays at the floor. Without a prior column the group is every prompt, so a rising overall rate brings every
-    stuck prompt back now and then; and a level rarely drawn drifts toward 0.5 (``group_rates``), which brings its
-    prompts back too. 29 bytes a slot."""
+    training moves its group's rate, the part of it that the move makes stale weighs less (``evidence_weights``): its
+    failures once the rate has risen, its successes once it has fallen. A prompt stuck all wrong while its level was
+    out of reach is measured again once the level's rate has risen; one stuck at a level whose rate stays put stays
+    at the floor, and so does a solved prompt whose level keeps improving. Without a prior column the group is every
+    prompt, so a rising overall rate brings every prompt stuck all wrong back now and then; a level rarely drawn
+    drifts toward 0.5 (``group_rates``), which brings back its prompts too. 29 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
@@ -121,13 +123,14 @@ class SuccessRates:
     def record(self, slots: torch.Tensor, outcomes: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> None:
         """One generation batch's groups, in draw order (a slot drawn twice counts twice): ``Outcome``, successes
         and valid rows of each; a group with no valid row changes nothing. A slot's earlier evidence is first
-        weighed by ``evidence_weights``, so that it does not return to full weight with the new group."""
+        weighed (``weighed_evidence``), so that it does not return to full weight with the new group."""
         counted = rows > 0
         slots, outcomes, successes, rows = slots[counted], outcomes[counted], successes[counted], rows[counted]
         recorded = slots.unique()
-        weights = self.evidence_weights(recorded).float()
-        for evidence in (self.successes, self.rows, self.one_sided):
-            evidence[recorded] *= weights
+        for evidence, weighed in zip(
+            (self.successes, self.rows, self.one_sided), self.weighed_evidence(recorded), strict=True
+        ):
+            evidence[recorded] = weighed.float()
         self.group_counts *= PRIOR_DECAY
         for slot, outcome, success, row_count in zip(
             slots.tolist(), outcomes.tolist(), successes.tolist(), rows.tolist(), strict=True
@@ -151,30 +154,43 @@ class SuccessRates:
         rates = (successes + GROUP_RATE_PRIOR_ROWS / 2) / (rows + GROUP_RATE_PRIOR_ROWS)
         return rates.clamp(RATE_CLAMP, 1 - RATE_CLAMP)
 
-    def evidence_weights(self, slots: torch.Tensor) -> torch.Tensor:
-        """``(k,)`` float64 in (0, 1]: how much each slot's own evidence weighs now, the odds ratio (<= 1) between its
-        group's success rate when the slot was last recorded and now, to the power ``evidence_fade`` (a rate from 0.1
-        to 0.3: weight 0.26). Why the group's rate and not time: the rate moves as training changes what the policy
-        solves, and only then is a prompt's old outcome stale; a run whose rates hold still keeps its evidence."""
+    def evidence_weights(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(k,)`` float64 in (0, 1] each: how much each slot's successes and its failures weigh now. Where its
+        group's success rate has risen since the slot was last recorded, its failures weigh the odds ratio (< 1)
+        between the rate then and now, to the power ``evidence_fade`` (a rate from 0.1 to 0.3: 0.26), and its
+        successes 1; where the rate has fallen, the other way round. Why the group's rate and not time: the rate
+        moves as training changes what the policy solves, and only then is a prompt's old outcome stale; a run whose
+        rates hold still keeps its evidence, and a rising rate makes old successes likelier, not staler."""
         now = self.group_rates()[self.groups[slots]]
         then = self.recorded_rates[slots].clamp(RATE_CLAMP, 1 - RATE_CLAMP)
-        log_odds_ratio = (torch.logit(now) - torch.logit(then)).abs()
-        return torch.exp(-self.evidence_fade * log_odds_ratio)
+        change = torch.logit(now) - torch.logit(then)
+        fade = lambda log_odds_ratio: torch.exp(-self.evidence_fade * log_odds_ratio.clamp(min=0))  # noqa: E731
+        return fade(-change), fade(change)
+
+    def weighed_evidence(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(k,)`` float64 each: every slot's successes, valid rows and one-sided rows, its successes and failures
+        (and the rows of its all-high and all-low ties) weighed by ``evidence_weights``."""
+        success_weights, failure_weights = self.evidence_weights(slots)
+        successes = self.successes[slots].double()
+        failures = (self.rows[slots].double() - successes).clamp(min=0)
+        one_sided = self.one_sided[slots].double()
+        successes, failures = success_weights * successes, failure_weights * failures
+        one_sided = one_sided * torch.where(one_sided > 0, success_weights, failure_weights)
+        return successes, successes + failures, one_sided
 
     def beta(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(k,)`` float64 ``Beta`` parameters of each slot's prompt's success rate: its group's rate weighing
-        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures weighed by ``evidence_weights``."""
+        ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures (``weighed_evidence``)."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        weights = self.evidence_weights(slots)
-        successes, rows = weights * self.successes[slots].double(), weights * self.rows[slots].double()
+        successes, rows, _ = self.weighed_evidence(slots)
         failures = (rows - successes).clamp(min=0)
         return prior + successes, RATE_PRIOR_ROWS - prior + failures
 
     def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
         """``(k,)`` predicted probability that the next group of each slot's prompt is informative: not stuck, and
-        informative by its success rate's ``Beta``, each from its ``evidence_weights``-weighed evidence."""
+        informative by its success rate's ``Beta``, each from its ``weighed_evidence``."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        one_sided = self.evidence_weights(slots) * self.one_sided[slots].double()
+        _, _, one_sided = self.weighed_evidence(slots)
         not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, one_sided, self.split[slots])
         return not_stuck * informative_prob(*self.beta(slots), self.group_size)
 
