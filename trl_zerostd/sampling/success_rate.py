@@ -72,6 +72,13 @@ def stuck_prob(
     return torch.where(split, 0.0, stuck)
 
 
+def beta_params(prior: torch.Tensor, successes: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(k,)`` ``Beta`` parameters of a success rate: ``prior`` successes of ``RATE_PRIOR_ROWS`` rows, plus
+    ``successes`` of ``rows`` (all ``(k,)``)."""
+    failures = (rows - successes).clamp(min=0)
+    return prior + successes, RATE_PRIOR_ROWS - prior + failures
+
+
 @dataclass
 class SuccessRates:
     """Prompt skipping's predictor. Per history slot: the successes and valid rows of its groups, each new group
@@ -183,16 +190,15 @@ class SuccessRates:
         ``RATE_PRIOR_ROWS`` rows, plus its own decayed successes and failures (``weighed_evidence``)."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
         successes, rows, _ = self.weighed_evidence(slots)
-        failures = (rows - successes).clamp(min=0)
-        return prior + successes, RATE_PRIOR_ROWS - prior + failures
+        return beta_params(prior, successes, rows)
 
     def informative_prob(self, slots: torch.Tensor) -> torch.Tensor:
         """``(k,)`` predicted probability that the next group of each slot's prompt is informative: not stuck, and
         informative by its success rate's ``Beta``, each from its ``weighed_evidence``."""
         prior = RATE_PRIOR_ROWS * self.group_rates()[self.groups[slots]]
-        _, _, one_sided = self.weighed_evidence(slots)
+        successes, rows, one_sided = self.weighed_evidence(slots)
         not_stuck = 1 - stuck_prob(prior, RATE_PRIOR_ROWS - prior, one_sided, self.split[slots])
-        return not_stuck * informative_prob(*self.beta(slots), self.group_size)
+        return not_stuck * informative_prob(*beta_params(prior, successes, rows), self.group_size)
 
     def draw_prob(self, slots: torch.Tensor, min_draw_prob: float) -> torch.Tensor:
         """``(k,)`` probability of drawing each slot's prompt."""
