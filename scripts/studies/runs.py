@@ -19,6 +19,11 @@ With ``--eval_train_groups`` (``revisited_prompts.py``) a record also holds ``tr
 [reward, ...]}], ...]``, at each evaluation one group of every train prompt sampled and not trained on: whether a
 prompt skipped then would have split.
 
+A run whose flags save checkpoints (``--save_steps``) and that is killed goes on from its last checkpoint the next
+time, with what it had counted (``STUDY_STATE``), to the record an unbroken run writes but for its wall times:
+``resumed_at`` lists the steps it resumed at (``[]``: never killed; absent in older records). The checkpoints go once
+the record is written.
+
 A prompt is named by its text (``prompt_text``: a conversation's last user message), so rows with the same text, as a
 split drawn with replacement can hold, count together. The peer's trainer (``cgrpo`` arms, counted where it
 generates, ``_base_generate``) records neither.
@@ -30,6 +35,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shutil
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -73,6 +79,9 @@ def timing_generation(trainer_cls):
     per run of rows that share it in a call: what an engine that caches prefixes prefills). The peer
     ``CGRPOTrainer`` is counted where it generates (its ``_base_generate``: calibration included, its padding rows
     not), every other trainer at ``_generate_single_turn``."""
+    from trl_zerostd.sampling.passes import ReplayedPasses
+    from trl_zerostd.trainer.trl_layout import seeded_sampler_randomness
+
     counted_at = "_base_generate" if hasattr(trainer_cls, "_base_generate") else "_generate_single_turn"
 
     class GenerationTimed(trainer_cls):
@@ -86,6 +95,27 @@ def timing_generation(trainer_cls):
             if counted_at == "_generate_single_turn":
                 self.prompt_tally = PromptTally()
                 self.prompt_tally.watch_skips(self)
+            self.resumed_at: list[int] = []  # the steps a run killed mid-way resumed at
+            self.add_callback(study_state_saver(self))
+
+        def _get_train_sampler(self, *args, **kwargs):
+            # TRL's own trainer: its sampler's passes replayed as the package's trainers replay theirs (an unbroken
+            # run draws TRL's order), so that a resumed run of base TRL trains what an unbroken one would
+            sampler = super()._get_train_sampler(*args, **kwargs)
+            randomness = seeded_sampler_randomness(sampler)
+            if hasattr(self, "zero_std") or randomness is None:
+                return sampler
+            self.train_passes = ReplayedPasses(sampler, *randomness)
+            if getattr(self, "resumed_passes", None) is not None:
+                self.train_passes.load_state_dict(self.resumed_passes)
+            return self.train_passes
+
+        def train(self, resume_from_checkpoint=None, **kwargs):
+            if resume_from_checkpoint is True:  # as TRL's own: the newest checkpoint in output_dir
+                resume_from_checkpoint = last_checkpoint(Path(self.args.output_dir))
+            if resume_from_checkpoint:
+                load_study_state(self, Path(resume_from_checkpoint))
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
         def _generate_single_turn(self, *args, **kwargs):
             start = time.perf_counter()
@@ -218,6 +248,79 @@ class PromptTally:
         stream.draw = noted
 
 
+STUDY_STATE = "study_state.json"  # in each checkpoint: what a run counts outside TRL's state, to resume it by
+COUNTERS = ("generation_s", "generated_tokens", "completion_tokens", "prompt_once_tokens")
+
+
+def train_probe(trainer):
+    """The trainer's held-out evaluation that also samples the train prompts (``--eval_train_groups``), or None."""
+    return next((c for c in trainer.callback_handler.callbacks if getattr(c, "train_rows", None) is not None), None)
+
+
+def study_state(trainer) -> dict:
+    """What ``timing_generation``'s trainer has counted so far, by optimizer step, as JSON (a checkpoint's
+    ``STUDY_STATE``): its ``COUNTERS``, its ``prompt_tally``, its probes' ``train_groups`` and ``resumed_at``."""
+    state = {name: dict(getattr(trainer, name)) for name in COUNTERS}
+    state["resumed_at"] = trainer.resumed_at
+    passes = getattr(trainer, "train_passes", None)  # TRL's own trainer (the package's keeps its own)
+    state["train_passes"] = passes.state_dict() if passes is not None else None
+    if hasattr(trainer, "prompt_tally"):
+        tally = trainer.prompt_tally
+        state["prompt_draws"] = {step: dict(counts) for step, counts in tally.draws.items()}
+        state["prompt_skips"] = dict(tally.skips)
+        state["prompt_rewards"] = {step: dict(rewards) for step, rewards in tally.rewards.items()}
+    probe = train_probe(trainer)
+    if probe is not None:
+        state["train_groups"] = probe.train_groups
+    return state
+
+
+def load_study_state(trainer, checkpoint: Path) -> None:
+    """Restore ``study_state`` from ``checkpoint`` (JSON's keys are strings: steps back to ints) and note the step the
+    run resumes at, so that a record's wall times are read knowing the run restarted there."""
+    path = checkpoint / STUDY_STATE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{checkpoint} has no {STUDY_STATE}, so the run's counts before it are lost: delete {checkpoint.parent} "
+            "and run again"
+        )
+    state = json.loads(path.read_text())
+    for name in COUNTERS:
+        getattr(trainer, name).update({int(step): value for step, value in state[name].items()})
+    if hasattr(trainer, "prompt_tally"):
+        tally = trainer.prompt_tally
+        tally.draws.update({int(step): Counter(counts) for step, counts in state["prompt_draws"].items()})
+        tally.skips.update({int(step): texts for step, texts in state["prompt_skips"].items()})
+        rewards = state["prompt_rewards"].items()
+        tally.rewards.update({int(step): defaultdict(list, by_text) for step, by_text in rewards})
+    probe = train_probe(trainer)
+    if probe is not None:
+        probe.train_groups.update({int(step): groups for step, groups in state["train_groups"].items()})
+    trainer.resumed_passes = state["train_passes"]  # read where the dataloader is built, once training starts
+    global_step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    trainer.resumed_at = [*state["resumed_at"], global_step]
+
+
+def study_state_saver(trainer):
+    """A callback that writes ``study_state(trainer)`` into each checkpoint the trainer saves (main process)."""
+    from transformers import TrainerCallback
+
+    class StudyStateSaver(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                (checkpoint / STUDY_STATE).write_text(json.dumps(study_state(trainer)))
+
+    return StudyStateSaver()
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    """The newest ``checkpoint-<step>`` folder a killed run left in ``output_dir``, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
 def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
     """Train the run of ``job`` (see ``run_one``) with the trainer class ``wrap(trainer_cls)``; return the trainer.
 
@@ -232,10 +335,14 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
     from demo.train_cli import run, without_package_flags
     from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
+    output_dir = Path(path).with_suffix("")
     argv = [
         "--learning_rate", str(lr), "--seed", str(seed), "--max_steps", str(max_steps), "--plot", "false",
-        "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(Path(path).with_suffix("")), *flags,
+        "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(output_dir), *flags,
     ]  # fmt: skip
+    checkpoint = last_checkpoint(output_dir)  # a run killed after a checkpoint (flags with --save_steps) goes on
+    if checkpoint is not None:
+        argv += ["--resume_from_checkpoint", checkpoint]
     if arm == "trl" or arm.startswith("trl-"):
         return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
     if arm.startswith("cgrpo"):
@@ -265,15 +372,19 @@ def run_one(job: tuple[str, list[str], float, int, int, str]) -> dict:
         record["prompt_draws"] = [dict(tally.draws[entry["step"] - 1]) for entry in steps]
         record["prompt_skips"] = [list(tally.skips[entry["step"] - 1]) for entry in steps]
         record["prompt_rewards"] = [dict(tally.rewards[entry["step"] - 1]) for entry in steps]
-    probes = [c for c in trainer.callback_handler.callbacks if getattr(c, "train_rows", None) is not None]
-    if probes:  # --eval_train_groups
-        texts = [prompt_text(row["prompt"]) for row in probes[0].train_rows]
-        record["train_groups"] = [[step, by_text(texts, groups)] for step, groups in probes[0].train_groups.items()]
+    probe = train_probe(trainer)
+    if probe is not None:  # --eval_train_groups
+        texts = [prompt_text(row["prompt"]) for row in probe.train_rows]
+        probed = sorted(probe.train_groups.items())
+        record["train_groups"] = [[step, by_text(texts, groups)] for step, groups in probed]
     evaluations = [e for e in trainer.state.log_history if "eval_reward" in e]
     record["eval"] = [[e["step"], e["eval_reward"]] for e in evaluations]
     record["eval_bands"] = [{k.split("/")[1]: v for k, v in e.items() if k.endswith("/accuracy")} for e in evaluations]
     record["host"] = host()
+    record["resumed_at"] = trainer.resumed_at
     Path(path).write_text(json.dumps(record))
+    for checkpoint in Path(path).with_suffix("").glob("checkpoint-*"):  # the record holds what the run taught
+        shutil.rmtree(checkpoint)
     return record
 
 

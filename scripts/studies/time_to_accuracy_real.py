@@ -9,7 +9,8 @@ package's arms, SmolLM2-135M-Instruct (offline, ``scripts/demo/real_model.py``) 
 The study of ``time_to_accuracy.py`` (same arms, same rule for the target, same tables and figure) with the task's
 settings: every run is ``scripts/train_grpo.py --config scripts/configs/smollm2_chat_arith.yaml`` with the arm's
 flags; the same seeds, data, starting weights and settings for every arm. Runs are cached as JSON in ``--runs_dir``
-(kept in the repository: a run already there is not run again, so the study resumes across machines).
+(kept in the repository: a run already there is not run again, so the study resumes across machines); a run killed
+mid-way goes on from its last checkpoint (every 5 steps) the next time.
 """
 
 from __future__ import annotations
@@ -63,8 +64,23 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
     )
     plot_arms: list[str] = field(default_factory=lambda: list(PLOT_ARMS), metadata={"help": "Arms in the figure."})
     task_flags: list[str] = field(
-        default_factory=lambda: ["--config", CONFIG, "--cpu_threads", "1", "--eval_also_at", "5", "15"]
-    )  # evaluations at 0, 5, 10, 15, 20, 30, 40: a crossing at half TRL's tokens shows (runs before had no 5, 15)
+        default_factory=lambda: [
+            "--config",
+            CONFIG,
+            "--cpu_threads",
+            "1",
+            "--eval_also_at",
+            "5",
+            "15",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "5",
+            "--save_total_limit",
+            "1",
+        ]
+    )  # evaluations at 0, 5, 10, 15, 20, 30, 40: a crossing at half TRL's tokens shows (runs before had no 5, 15);
+    # a checkpoint every 5 steps: a run killed goes on from its last (runs.run_one), to the record it would have made
     difficulty_column: str = field(default="level")
     levels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5", "6"])
     hard_level: str = field(default="3")

@@ -2,11 +2,15 @@
 outside stops the study with an error naming what to do, instead of leaving it waiting for that run; the draws a
 trainer's generation is counted by (``timing_generation``), refill rounds included."""
 
+import json
 import os
 import signal
 import threading
 
-from studies.runs import run_all, timing_generation
+import pytest
+from transformers.trainer_callback import CallbackHandler
+
+from studies.runs import run_all, run_one, timing_generation
 from tests.support import trainers
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
@@ -65,3 +69,57 @@ def test_every_completion_a_refill_generates_is_a_draw(make_trainer, monkeypatch
     assert set(draws.values()) <= {trainer.num_generations, 2 * trainer.num_generations}
     rewards = trainer.prompt_tally.rewards[0]  # every round's scored rows, under their prompts
     assert {text: len(values) for text, values in rewards.items()} == dict(draws)
+
+
+class Killed(Exception):
+    """The process dying right after a checkpoint is written."""
+
+
+@pytest.mark.parametrize("killed_at", [4, 6])  # a pass is 4 steps: killed at a pass's end, and inside the next
+@pytest.mark.parametrize(
+    ("arm", "arm_flags"),
+    [
+        pytest.param("trl", [], marks=pytest.mark.every_trl),
+        ("keep_failed", ["--zero_std_kl", "keep_failed"]),
+        ("skip-fade-kf", ["--skip_zero_std_prompts", "true", "--zero_std_kl", "keep_failed"]),
+    ],
+)
+def test_a_run_killed_after_a_checkpoint_goes_on_from_it_to_the_record_of_a_run_never_killed(
+    arm, arm_flags, killed_at, tmp_path, monkeypatch
+):
+    """``run_one`` over 8 prompts, 2 a step, with checkpoints every 2 steps and the train prompts probed (TRL's
+    trainer, the package's with ``keep_failed`` and with prompt skipping): killed once a checkpoint is on disk, then
+    run again, it resumes there and writes the unbroken run's record (every logged value, token count, draw, skip,
+    reward and probe), but for wall times and ``resumed_at``; the checkpoints go once the record is written. Resumed
+    in the second pass over the prompts, it draws that pass's order, not the first pass's again."""
+    flags = [
+        "--warm_start_steps", "20", "--num_prompts", "8", "--per_device_train_batch_size", "16", *arm_flags,
+        "--eval_by_sampling", "true", "--eval_strategy", "steps", "--eval_steps", "2", "--num_eval_prompts", "8",
+        "--eval_train_groups", "true", "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "1",
+    ]  # fmt: skip
+    whole = run_one((arm, flags, 1e-3, 0, 7, str(tmp_path / "whole.json")))
+
+    save = CallbackHandler.on_save
+
+    def killed_after_saving(self, args, state, control):
+        control = save(self, args, state, control)
+        if state.global_step == killed_at:
+            raise Killed
+        return control
+
+    monkeypatch.setattr(CallbackHandler, "on_save", killed_after_saving)
+    job = (arm, flags, 1e-3, 0, 7, str(tmp_path / "resumed.json"))
+    with pytest.raises(Killed):
+        run_one(job)
+    assert [path.name for path in (tmp_path / "resumed").glob("checkpoint-*")] == [f"checkpoint-{killed_at}"]
+    monkeypatch.undo()
+    resumed = run_one(job)
+
+    assert resumed.pop("resumed_at") == [killed_at] and whole.pop("resumed_at") == []
+    for record in (whole, resumed):
+        for wall_time in ("generation_s", "step_time", "host"):
+            record.pop(wall_time)
+    assert len(whole["reward"]) == 7 and len(whole["train_groups"]) == 3
+    assert (sum(map(len, whole["prompt_skips"])) > 0) == arm.startswith("skip")
+    assert json.dumps(resumed) == json.dumps(whole)
+    assert not list((tmp_path / "resumed").glob("checkpoint-*"))

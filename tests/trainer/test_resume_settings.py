@@ -3,6 +3,7 @@ each batch trains is allowed with a notice, and TRL's own checkpoint resumes wit
 state itself: ``tests/trainer/test_state.py``; a killed run resumed: ``tests/launch/test_killed_and_resumed.py``.)"""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,36 @@ def test_a_checkpoint_of_a_removed_feature_is_refused_naming_it(make_trainer, tm
     resumed = make_trainer(**{**settings, "max_steps": 2})
     assert resume_warnings(resumed, checkpoint, caplog) == []
     assert resumed.state.global_step == 2
+
+
+def prompts_per_step(trainer) -> list[list[str]]:
+    """The prompts each optimizer step of ``trainer`` generates for (one generation a step here), as TRL hands them
+    over: recorded around the trainer's own method, which runs unchanged."""
+    steps: list[list[str]] = []
+    generate_and_score = trainer._generate_and_score_completions
+
+    def recorded(inputs):
+        steps.append([row["prompt"] for row in inputs])
+        return generate_and_score(inputs)
+
+    trainer._generate_and_score_completions = recorded
+    return steps
+
+
+@pytest.mark.parametrize("ours", [True, pytest.param(False, marks=pytest.mark.every_trl)])
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_a_run_resumed_inside_a_later_pass_draws_the_prompts_an_unbroken_run_draws(kind, ours, make_trainer):
+    """8 prompts, 2 a step: a pass is 4 steps. Resumed from step 6's checkpoint (inside the second pass), our trainer
+    trains step 7 on the prompts of the unbroken run's step 7. TRL's own trainer (the control) draws the first pass's
+    order again there (its sampler's generator starts afresh), so it trains other prompts: what the package mends."""
+    config = dict(max_steps=7, save_strategy="steps", save_steps=6)
+    unbroken = make_trainer(kind, ours=ours, **config)
+    unbroken_steps = prompts_per_step(unbroken)
+    unbroken.train()
+    resumed = make_trainer(kind, ours=ours, **{**config, "output_dir": str(Path(unbroken.args.output_dir) / "again")})
+    resumed_steps = prompts_per_step(resumed)
+    resumed.train(resume_from_checkpoint=str(Path(unbroken.args.output_dir) / "checkpoint-6"))
+
+    assert len(unbroken_steps) == 7 and len(resumed_steps) == 1
+    assert sorted(sum(unbroken_steps[4:7], [])) != sorted(sum(unbroken_steps[:3], []))  # the passes' orders differ
+    assert (resumed_steps[0] == unbroken_steps[6]) == ours

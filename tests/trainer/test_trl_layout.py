@@ -5,6 +5,8 @@ a trainer hands the rows that train to the last round's pass."""
 from __future__ import annotations
 
 import pytest
+from torch.utils.data import SequentialSampler
+from trl.trainer.utils import RepeatSampler
 
 from trl_zerostd.trainer import trl_layout
 from trl_zerostd.trainer.grpo import ZeroStdGRPOTrainer
@@ -74,3 +76,14 @@ def test_the_rows_that_train_are_handed_over_in_place_unless_images_were_read_be
         rloo = ZeroStdRLOOTrainer._hands_over_in_place(None, rows_before, rows_after)
         assert grpo == (rows_before == [text] or rows_after == [image])  # GRPO reads images _generate returns
         assert rloo == (rows_before == [text] and rows_after == [text])  # RLOO reads them before _generate
+
+
+def test_the_seeded_sampler_s_randomness_is_trl_s_repeat_sampler_s_generator_and_seed():
+    """A shuffling ``RepeatSampler`` with a seed gives its generator and seed; one that does not shuffle, or has no
+    seed, and any other sampler give None (their passes are left as TRL draws them)."""
+    dataset = list(range(6))
+    sampler = RepeatSampler(dataset, mini_repeat_count=2, batch_size=3, seed=5)
+    assert trl_layout.seeded_sampler_randomness(sampler) == (sampler.generator, 5)
+    assert trl_layout.seeded_sampler_randomness(RepeatSampler(dataset, 2, 3, shuffle=False, seed=5)) is None
+    assert trl_layout.seeded_sampler_randomness(RepeatSampler(dataset, 2, 3)) is None
+    assert trl_layout.seeded_sampler_randomness(SequentialSampler(dataset)) is None

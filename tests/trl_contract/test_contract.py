@@ -326,3 +326,19 @@ def test_the_config_sizes_a_generation_batch():
     """``trl_layout.generation_batch_rows`` sizes an engine call by TRL's ``steps_per_generation``."""
     args = GRPOConfig(output_dir="unused", per_device_train_batch_size=8, num_generations=4, use_cpu=True)
     assert args.steps_per_generation == args.gradient_accumulation_steps
+
+
+def test_repeat_sampler_draws_each_pass_from_its_seeded_generator_alone():
+    """``trl_layout.seeded_sampler_randomness`` reads ``RepeatSampler``'s ``shuffle``, ``seed`` and ``generator``, and
+    ``sampling.passes.ReplayedPasses`` replays a pass by reseeding that generator and drawing the passes before it: a
+    pass's order must come from that generator alone, and a fresh sampler of the same seed must not go on from
+    where another left off (the fault the replay mends: it draws the first pass again)."""
+    dataset = list(range(8))
+    sampler = trl_utils.RepeatSampler(dataset, mini_repeat_count=2, batch_size=4, repeat_count=2, seed=7)
+    assert sampler.shuffle and sampler.seed == 7 and isinstance(sampler.generator, torch.Generator)
+    passes = [list(sampler) for _ in range(3)]
+    assert passes[1] != passes[0]
+    sampler.generator.manual_seed(7)
+    assert [list(sampler) for _ in range(3)] == passes
+    fresh = trl_utils.RepeatSampler(dataset, mini_repeat_count=2, batch_size=4, repeat_count=2, seed=7)
+    assert list(fresh) == passes[0]

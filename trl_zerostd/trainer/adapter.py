@@ -32,7 +32,7 @@ from .hooks import TrainerHooks
 from .loss import ROLE_KEY, LossCall, loss_call, loss_forward, mark_rows, rows_forward
 from .process_exit import end_process_group_at_exit
 from .refill_passes import RefillPasses
-from .state import ZeroStdState, build_state
+from .state import ZeroStdState, build_state, replayed_passes
 
 if TYPE_CHECKING:  # the TRL trainer the adapter goes before: RLOOTrainer has every name the adapter reads too
     from trl import GRPOConfig, RLOOConfig
@@ -216,6 +216,10 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         trained, step_ends = int((call.rows.role >= core.RowRole.KL_ONLY).sum()), self.accelerator.sync_gradients
         self._log(*self._state.observe_trained_rows(trained, step_ends, partial(self._over_ranks, reduction="sum")))
         return loss
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        # follows {GRPO,RLOO}Trainer._get_train_sampler (TRL 1.14.1-1.16): TRL's sampler, its passes replayed on resume
+        return replayed_passes(self.zero_std, super()._get_train_sampler(dataset))
 
     def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
         # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.14.1-1.16): the package's state travels with it

@@ -5,11 +5,11 @@ skipper). ``build_state`` is the one place that turns settings into objects: the
 again; the refill reads whether it is dynamic sampling from the settings it holds.
 
 A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
-stream's place, the refill's decayed group counts), and with prompt skipping ``trl_zerostd_prompt_skip.pt``: the
-skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a setting that decides only how each
-batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported; every other one configures an
-object with state and must be the checkpoint's, or the state would not fit the object. A checkpoint without the
-file (TRL's own) leaves the state as built: the stream and skipper start fresh.
+stream's place, the refill's decayed group counts, the pass TRL's train sampler draws next), and with prompt skipping
+``trl_zerostd_prompt_skip.pt``: the skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a
+setting that decides only how each batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported;
+every other one configures an object with state and must be the checkpoint's, or the state would not fit the object. A
+checkpoint without the file (TRL's own) leaves the state as built: the stream and skipper start fresh.
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from datasets import IterableDataset
 from .. import core
 from ..core.monitor import StallMonitor, stall_advice
 from ..core.settings import PER_BATCH_FIELDS, ZeroStdArguments, checkpoint_settings, tied_groups_train
+from ..sampling.passes import ReplayedPasses
 from ..sampling.refill import BatchRefiller
 from ..sampling.skipping import PromptSkipper, history_key
 from ..sampling.streams import STREAM_SEED_OFFSET, PromptStream, RowStream
 from .config import check_compatible
-from .trl_layout import ENVIRONMENT_PLACEHOLDER
+from .trl_layout import ENVIRONMENT_PLACEHOLDER, seeded_sampler_randomness
 
 STATE_FILE = "trl_zerostd.json"
 SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
@@ -42,7 +43,8 @@ class ZeroStdState:
     and highest valid task reward seen in training (``zero_std_kl="keep_failed"`` and the skip outcomes read it);
     ``rows_trained_this_step``: rows with a policy or KL term in the optimizer step so far, all micro-batches;
     ``decisive_funcs``: ``(K,)`` bool, the reward functions whose sum decides a tie (``zero_std_reward_funcs``; None:
-    all)."""
+    all); ``train_passes``: TRL's train sampler, each pass replayed as an unbroken run draws it (set where the trainer
+    builds its dataloader)."""
 
     settings: ZeroStdArguments
     stall_monitor: StallMonitor
@@ -50,6 +52,7 @@ class ZeroStdState:
     decisive_funcs: torch.Tensor | None = None
     reward_range: tuple[float, float] | None = None
     rows_trained_this_step: int = 0
+    train_passes: ReplayedPasses | None = None
 
     @property
     def skipper(self) -> PromptSkipper | None:
@@ -109,6 +112,7 @@ class ZeroStdState:
             "reward_range": self.reward_range,
             "stall_monitor": self.stall_monitor.state_dict(),
             "informative_history": [0.0, 0.0],
+            "train_passes": self.train_passes.state_dict() if self.train_passes is not None else None,
             **refill,
         }
 
@@ -132,6 +136,8 @@ class ZeroStdState:
         self.stall_monitor.load_state_dict(state["stall_monitor"])
         if self.refiller is not None and state.get("prompt_stream") is not None:
             self.refiller.load_state_dict(state)
+        if self.train_passes is not None and state.get("train_passes") is not None:
+            self.train_passes.load_state_dict(state["train_passes"])
         if not changed:
             return None
         changes = "; ".join(f"{k}: the checkpoint {then!r}, this run {now!r}" for k, (now, then) in changed.items())
@@ -200,6 +206,16 @@ def build_state(
         refiller = BatchRefiller(settings, stream, dataset, num_generations, world_size, rank, skipper)
     decisive = core.decisive_functions(reward_func_names or [], settings.zero_std_reward_funcs)
     return ZeroStdState(settings, monitor, refiller, decisive)
+
+
+def replayed_passes(state: ZeroStdState | None, sampler):
+    """TRL's train ``sampler`` with each pass the one an unbroken run draws (``ReplayedPasses``, checkpointed in
+    ``state``: TRL's own draws its first pass again in a resumed run) where it is seeded; as it is otherwise."""
+    randomness = seeded_sampler_randomness(sampler)
+    if state is None or randomness is None:
+        return sampler
+    state.train_passes = ReplayedPasses(sampler, *randomness)
+    return state.train_passes
 
 
 def prompt_source(

@@ -3,8 +3,9 @@
 or through the methods the adapters override: what ``_generate`` returns, per row and back; TRL's metric store, logs
 and pending user logs; its extra-field merge and the dataset images it reads; its environment rows and pool;
 ``VLLMGeneration``'s engine, mode and sleep flag; the tokens its truncation check reads; RLOO's per-call
-``num_generations``; its pixel-value split; the checkpoint folder. Where releases of the supported range differ, the
-difference is decided here by what the trainer offers (an attribute), never by a version number.
+``num_generations``; its pixel-value split; the checkpoint folder; its train sampler's generator. Where releases of the
+supported range differ, the difference is decided here by what the trainer offers (an attribute), never by a version
+number.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.trainer.utils import RepeatSampler
 from trl.trainer.utils import split_pixel_values_by_grid as split_pixel_values_by_grid  # TRL's, for loss.py
 from trl.trainer.utils import unsplit_pixel_values_by_grid as unsplit_pixel_values_by_grid
 
@@ -162,6 +164,14 @@ def copies_per_prompt(trainer, copies: int) -> Iterator[None]:
 def checkpoint_dir(trainer, trial) -> str:
     """The folder transformers' ``Trainer._save_checkpoint`` just wrote for this step."""
     return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+
+
+def seeded_sampler_randomness(sampler) -> tuple[torch.Generator, int] | None:
+    """The generator and seed of TRL's ``RepeatSampler`` where it shuffles with a seed (every draw of its order comes
+    from that generator); None for any other sampler, or one without a seed, whose order cannot be replayed."""
+    if isinstance(sampler, RepeatSampler) and sampler.shuffle and sampler.seed is not None:
+        return sampler.generator, sampler.seed
+    return None
 
 
 def vllm_generation(trainer):

@@ -1,0 +1,50 @@
+"""The dataloader's passes over the train set, the same in a resumed run as in an unbroken one (pure).
+
+A trainer resumed from a checkpoint builds its sampler afresh. A seeded sampler whose order comes from a generator that
+runs on from pass to pass (TRL's ``RepeatSampler``) then draws the first pass's order again: resumed inside pass
+``e > 0``, the trainer skips the batches already trained but of the wrong order, so the rest of that pass trains some
+prompts twice and misses others, and every later pass repeats an earlier one. This bites where a run revisits its
+prompts (several passes) and is resumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import Sampler
+
+
+class ReplayedPasses(Sampler[int]):
+    """``sampler`` (seeded with ``seed``, its randomness all in ``generator``), each pass the order that pass draws in
+    an unbroken run. ``epoch`` is the pass the next ``__iter__`` draws and the whole state a checkpoint needs: it moves
+    on once a pass is drawn to its end, so a checkpoint inside a pass replays that pass (the trainer skips the batches
+    it already trained) and one at its end starts the next. The first pass after a resume reaches its order by drawing
+    the passes before it (each a pass over the sampler's indices: cheap next to training on them)."""
+
+    def __init__(self, sampler, generator: torch.Generator, seed: int):
+        self.sampler, self.generator, self.seed = sampler, generator, seed
+        self.epoch = 0
+        self._generator_at: tuple[int, torch.Tensor] | None = None  # (pass, generator state at its start)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[int]:
+        epoch = self.epoch
+        if self._generator_at is not None and self._generator_at[0] == epoch:
+            self.generator.set_state(self._generator_at[1])
+        else:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch):
+                for _ in self.sampler:
+                    pass
+        yield from self.sampler
+        self.epoch = epoch + 1
+        self._generator_at = (self.epoch, self.generator.get_state())
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self._generator_at = state["epoch"], None
