@@ -64,7 +64,9 @@ class RevisitedPromptsArguments(RealTimeToAccuracyArguments):
             str(NUM_PROMPTS),
             "--eval_train_groups",
             "true",
-        ]
+            "--save_steps",
+            "5",
+        ]  # a checkpoint every 5 steps: every arm here generates at each step
     )
     title: str = field(default=f"SmolLM2-135M-Instruct, LoRA, chat arithmetic, {NUM_PROMPTS} train prompts")
     runs_dir: str = field(default="docs/results/revisited/runs")

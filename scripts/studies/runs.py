@@ -96,6 +96,7 @@ def timing_generation(trainer_cls):
                 self.prompt_tally = PromptTally()
                 self.prompt_tally.watch_skips(self)
             self.resumed_at: list[int] = []  # the steps a run killed mid-way resumed at
+            self.resumed_pass = 0  # the pass over the train set a resumed run goes on in
             self.add_callback(study_state_saver(self))
 
         def _get_train_sampler(self, *args, **kwargs):
@@ -105,14 +106,15 @@ def timing_generation(trainer_cls):
             randomness = seeded_sampler_randomness(sampler)
             if hasattr(self, "zero_std") or randomness is None:
                 return sampler
-            self.train_passes = ReplayedPasses(sampler, *randomness)
-            if getattr(self, "resumed_passes", None) is not None:
-                self.train_passes.load_state_dict(self.resumed_passes)
-            return self.train_passes
+            passes = ReplayedPasses(sampler, *randomness)
+            passes.resume_at(self.resumed_pass)
+            return passes
 
         def train(self, resume_from_checkpoint=None, **kwargs):
             if resume_from_checkpoint is True:  # as TRL's own: the newest checkpoint in output_dir
                 resume_from_checkpoint = last_checkpoint(Path(self.args.output_dir))
+                if resume_from_checkpoint is None:
+                    raise ValueError(f"resume_from_checkpoint=True: no checkpoint in {self.args.output_dir}")
             if resume_from_checkpoint:
                 load_study_state(self, Path(resume_from_checkpoint))
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
@@ -262,8 +264,6 @@ def study_state(trainer) -> dict:
     ``STUDY_STATE``): its ``COUNTERS``, its ``prompt_tally``, its probes' ``train_groups`` and ``resumed_at``."""
     state = {name: dict(getattr(trainer, name)) for name in COUNTERS}
     state["resumed_at"] = trainer.resumed_at
-    passes = getattr(trainer, "train_passes", None)  # TRL's own trainer (the package's keeps its own)
-    state["train_passes"] = passes.state_dict() if passes is not None else None
     if hasattr(trainer, "prompt_tally"):
         tally = trainer.prompt_tally
         state["prompt_draws"] = {step: dict(counts) for step, counts in tally.draws.items()}
@@ -296,9 +296,20 @@ def load_study_state(trainer, checkpoint: Path) -> None:
     probe = train_probe(trainer)
     if probe is not None:
         probe.train_groups.update({int(step): groups for step, groups in state["train_groups"].items()})
-    trainer.resumed_passes = state["train_passes"]  # read where the dataloader is built, once training starts
+    from trl_zerostd.trainer.trl_layout import pass_in_progress
+
     global_step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    args = trainer.args
+    generation_cycle = args.steps_per_generation * args.num_iterations  # micro-batches one generation trains
+    if global_step * args.gradient_accumulation_steps % generation_cycle:
+        raise ValueError(
+            f"{checkpoint} falls inside a generation batch (steps_per_generation x num_iterations = "
+            f"{generation_cycle} micro-batches), whose completions TRL does not checkpoint: resumed there, it would "
+            "train other completions than an unbroken run. Delete it (an earlier checkpoint resumes) and save at "
+            "steps that end a generation batch (--save_steps)."
+        )
     trainer.resumed_at = [*state["resumed_at"], global_step]
+    trainer.resumed_pass = pass_in_progress(str(checkpoint))  # read where the dataloader is built
 
 
 def study_state_saver(trainer):
@@ -315,10 +326,24 @@ def study_state_saver(trainer):
 
 
 def last_checkpoint(output_dir: Path) -> str | None:
-    """The newest ``checkpoint-<step>`` folder a killed run left in ``output_dir``, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest ``checkpoint-<step>`` folder in ``output_dir`` that a save finished (``STUDY_STATE`` is written
+    last: a run killed while saving leaves one without it, and ``--save_total_limit 2`` keeps the one before), or
+    None."""
+    saved = [path for path in output_dir.glob("checkpoint-*") if (path / STUDY_STATE).exists()]
+    return str(max(saved, key=lambda path: int(path.name.split("-")[1]))) if saved else None
 
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+def check_same_job(output_dir: Path, job: list) -> None:
+    """Note ``job`` (arm, flags, learning rate, seed, max_steps) in ``output_dir``; refuse, naming what to delete,
+    where the checkpoints there are of another job (a changed flag would resume a run it did not start)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    noted = output_dir / "study_job.json"
+    if last_checkpoint(output_dir) is not None and (not noted.exists() or json.loads(noted.read_text()) != job):
+        raise ValueError(
+            f"the checkpoints in {output_dir} are of another job than {job}: delete {output_dir} to run it from the "
+            "start"
+        )
+    noted.write_text(json.dumps(job))
 
 
 def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_generation):
@@ -340,8 +365,9 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
         "--learning_rate", str(lr), "--seed", str(seed), "--max_steps", str(max_steps), "--plot", "false",
         "--print_every", "100000", "--disable_tqdm", "true", "--output_dir", str(output_dir), *flags,
     ]  # fmt: skip
+    check_same_job(output_dir, [arm, flags, lr, seed, max_steps])
     checkpoint = last_checkpoint(output_dir)  # a run killed after a checkpoint (flags with --save_steps) goes on
-    if checkpoint is not None:
+    if checkpoint is not None and not arm.startswith("cgrpo"):  # the peer's calibration state is not checkpointed
         argv += ["--resume_from_checkpoint", checkpoint]
     if arm == "trl" or arm.startswith("trl-"):
         return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))

@@ -10,7 +10,7 @@ The study of ``time_to_accuracy.py`` (same arms, same rule for the target, same 
 settings: every run is ``scripts/train_grpo.py --config scripts/configs/smollm2_chat_arith.yaml`` with the arm's
 flags; the same seeds, data, starting weights and settings for every arm. Runs are cached as JSON in ``--runs_dir``
 (kept in the repository: a run already there is not run again, so the study resumes across machines); a run killed
-mid-way goes on from its last checkpoint (every 5 steps) the next time.
+mid-way goes on from its last checkpoint (every 10 steps) the next time.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
         default=TASK["num_generations_eval"], metadata={"help": "Completions per held-out prompt at each evaluation."}
     )
     plot_arms: list[str] = field(default_factory=lambda: list(PLOT_ARMS), metadata={"help": "Arms in the figure."})
+    # evaluations at 0, 5, 10, 15, 20, 30, 40: a crossing at half TRL's tokens shows (runs before had no 5, 15); a
+    # checkpoint every 10 steps (the end of a generation batch under num_iterations 2): a run killed goes on from its
+    # last (runs.run_one), to the record it would have made
     task_flags: list[str] = field(
         default_factory=lambda: [
             "--config",
@@ -75,12 +78,11 @@ class RealTimeToAccuracyArguments(TimeToAccuracyArguments):
             "--save_strategy",
             "steps",
             "--save_steps",
-            "5",
+            "10",
             "--save_total_limit",
-            "1",
-        ]
-    )  # evaluations at 0, 5, 10, 15, 20, 30, 40: a crossing at half TRL's tokens shows (runs before had no 5, 15);
-    # a checkpoint every 5 steps: a run killed goes on from its last (runs.run_one), to the record it would have made
+            "2",
+        ]  # fmt: skip
+    )
     difficulty_column: str = field(default="level")
     levels: list[str] = field(default_factory=lambda: ["1", "2", "3", "4", "5", "6"])
     hard_level: str = field(default="3")

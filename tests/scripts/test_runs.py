@@ -6,11 +6,21 @@ import json
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import pytest
 from transformers.trainer_callback import CallbackHandler
 
-from studies.runs import run_all, run_one, timing_generation
+from studies.runs import (
+    COUNTERS,
+    STUDY_STATE,
+    check_same_job,
+    last_checkpoint,
+    load_study_state,
+    run_all,
+    run_one,
+    timing_generation,
+)
 from tests.support import trainers
 from trl_zerostd import ZeroStdGRPOConfig, ZeroStdGRPOTrainer
 
@@ -95,9 +105,10 @@ def test_a_run_killed_after_a_checkpoint_goes_on_from_it_to_the_record_of_a_run_
     flags = [
         "--warm_start_steps", "20", "--num_prompts", "8", "--per_device_train_batch_size", "16", *arm_flags,
         "--eval_by_sampling", "true", "--eval_strategy", "steps", "--eval_steps", "2", "--num_eval_prompts", "8",
-        "--eval_train_groups", "true", "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "1",
+        "--eval_train_groups", "true", "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "2",
     ]  # fmt: skip
-    whole = run_one((arm, flags, 1e-3, 0, 7, str(tmp_path / "whole.json")))
+    never_saved = flags[: flags.index("--save_strategy")]  # the unbroken run saves nothing: saving changes nothing
+    whole = run_one((arm, never_saved, 1e-3, 0, 7, str(tmp_path / "whole.json")))
 
     save = CallbackHandler.on_save
 
@@ -111,7 +122,7 @@ def test_a_run_killed_after_a_checkpoint_goes_on_from_it_to_the_record_of_a_run_
     job = (arm, flags, 1e-3, 0, 7, str(tmp_path / "resumed.json"))
     with pytest.raises(Killed):
         run_one(job)
-    assert [path.name for path in (tmp_path / "resumed").glob("checkpoint-*")] == [f"checkpoint-{killed_at}"]
+    assert str(tmp_path / "resumed" / f"checkpoint-{killed_at}") == last_checkpoint(tmp_path / "resumed")
     monkeypatch.undo()
     resumed = run_one(job)
 
@@ -123,3 +134,39 @@ def test_a_run_killed_after_a_checkpoint_goes_on_from_it_to_the_record_of_a_run_
     assert (sum(map(len, whole["prompt_skips"])) > 0) == arm.startswith("skip")
     assert json.dumps(resumed) == json.dumps(whole)
     assert not list((tmp_path / "resumed").glob("checkpoint-*"))
+
+
+def test_the_checkpoint_resumed_is_the_newest_a_save_finished_and_of_the_same_job(tmp_path):
+    """A save killed before the study's state was written leaves a checkpoint that is passed over; checkpoints of
+    another job (a flag changed) are refused, naming the folder to delete."""
+    for step, finished in ((2, True), (4, False)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if finished:
+            (tmp_path / f"checkpoint-{step}" / STUDY_STATE).write_text("{}")
+    assert last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
+    assert last_checkpoint(tmp_path / "none") is None
+    job = ["trl", ["--beta", "0.04"], 1e-3, 0, 40]
+    with pytest.raises(ValueError, match="are of another job"):  # checkpoints, and no job noted
+        check_same_job(tmp_path, job)
+    (tmp_path / "study_job.json").write_text(json.dumps(job))
+    check_same_job(tmp_path, job)
+    with pytest.raises(ValueError, match=f"delete {tmp_path} to run it from the start"):
+        check_same_job(tmp_path, [*job[:4], 20])
+
+
+def test_a_checkpoint_inside_a_generation_batch_is_refused(tmp_path):
+    """Under num_iterations 2 a generation batch trains 2 steps, and TRL does not checkpoint its completions: a
+    checkpoint after step 5 is refused, one after step 4 resumes."""
+    state = {name: {} for name in COUNTERS} | {"resumed_at": []}
+    args = SimpleNamespace(steps_per_generation=1, num_iterations=2, gradient_accumulation_steps=1)
+    trainer = SimpleNamespace(args=args, callback_handler=SimpleNamespace(callbacks=[]), resumed_at=[],
+                              **{name: {} for name in COUNTERS})  # fmt: skip
+    for step in (4, 5):
+        checkpoint = tmp_path / f"checkpoint-{step}"
+        checkpoint.mkdir()
+        (checkpoint / STUDY_STATE).write_text(json.dumps(state))
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": step / 4}))
+    load_study_state(trainer, tmp_path / "checkpoint-4")
+    assert trainer.resumed_at == [4] and trainer.resumed_pass == 1
+    with pytest.raises(ValueError, match="falls inside a generation batch"):
+        load_study_state(trainer, tmp_path / "checkpoint-5")

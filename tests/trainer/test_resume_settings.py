@@ -103,13 +103,21 @@ def prompts_per_step(trainer) -> list[list[str]]:
     return steps
 
 
-@pytest.mark.parametrize("ours", [True, pytest.param(False, marks=pytest.mark.every_trl)])
-@pytest.mark.parametrize("kind", ["grpo", "rloo"])
-def test_a_run_resumed_inside_a_later_pass_draws_the_prompts_an_unbroken_run_draws(kind, ours, make_trainer):
+@pytest.mark.parametrize(
+    ("kind", "ours", "workers"),
+    [
+        ("grpo", True, 0),
+        ("rloo", True, 0),
+        ("grpo", True, 2),
+        pytest.param("grpo", False, 0, marks=pytest.mark.every_trl),
+    ],
+)
+def test_a_run_resumed_inside_a_later_pass_draws_the_prompts_an_unbroken_run_draws(kind, ours, workers, make_trainer):
     """8 prompts, 2 a step: a pass is 4 steps. Resumed from step 6's checkpoint (inside the second pass), our trainer
-    trains step 7 on the prompts of the unbroken run's step 7. TRL's own trainer (the control) draws the first pass's
-    order again there (its sampler's generator starts afresh), so it trains other prompts: what the package mends."""
-    config = dict(max_steps=7, save_strategy="steps", save_steps=6)
+    trains step 7 on the prompts of the unbroken run's step 7, with the dataloader's worker processes too (they read
+    a pass to its end ahead of training). TRL's own trainer (the control) draws the first pass's order again there
+    (its sampler's generator starts afresh), so it trains other prompts: what the package mends."""
+    config = dict(max_steps=7, save_strategy="steps", save_steps=6, dataloader_num_workers=workers)
     unbroken = make_trainer(kind, ours=ours, **config)
     unbroken_steps = prompts_per_step(unbroken)
     unbroken.train()

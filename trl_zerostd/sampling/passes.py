@@ -17,10 +17,11 @@ from torch.utils.data import Sampler
 
 class ReplayedPasses(Sampler[int]):
     """``sampler`` (seeded with ``seed``, its randomness all in ``generator``), each pass the order that pass draws in
-    an unbroken run. ``epoch`` is the pass the next ``__iter__`` draws and the whole state a checkpoint needs: it moves
-    on once a pass is drawn to its end, so a checkpoint inside a pass replays that pass (the trainer skips the batches
-    it already trained) and one at its end starts the next. The first pass after a resume reaches its order by drawing
-    the passes before it (each a pass over the sampler's indices: cheap next to training on them)."""
+    an unbroken run. ``epoch`` is the pass the next ``__iter__`` draws: it counts the passes begun, and a resumed run
+    sets it (``resume_at``) from the trainer's own count of passes, not from how far the sampler was read (a loader
+    with worker processes reads a pass to its end long before training does). The first pass after a resume reaches
+    its order by drawing the passes before it (each a pass over the sampler's indices: cheap next to training on
+    them)."""
 
     def __init__(self, sampler, generator: torch.Generator, seed: int):
         self.sampler, self.generator, self.seed = sampler, generator, seed
@@ -31,7 +32,7 @@ class ReplayedPasses(Sampler[int]):
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[int]:
-        epoch = self.epoch
+        epoch, self.epoch = self.epoch, self.epoch + 1
         if self._generator_at is not None and self._generator_at[0] == epoch:
             self.generator.set_state(self._generator_at[1])
         else:
@@ -40,11 +41,8 @@ class ReplayedPasses(Sampler[int]):
                 for _ in self.sampler:
                     pass
         yield from self.sampler
-        self.epoch = epoch + 1
-        self._generator_at = (self.epoch, self.generator.get_state())
+        self._generator_at = (epoch + 1, self.generator.get_state())
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self._generator_at = state["epoch"], None
+    def resume_at(self, epoch: int) -> None:
+        """The next pass drawn is pass ``epoch`` (0: the first), as the resumed trainer counts it."""
+        self.epoch, self._generator_at = epoch, None

@@ -5,7 +5,7 @@ skipper). ``build_state`` is the one place that turns settings into objects: the
 again; the refill reads whether it is dynamic sampling from the settings it holds.
 
 A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
-stream's place, the refill's decayed group counts, the pass TRL's train sampler draws next), and with prompt skipping
+stream's place, the refill's decayed group counts), and with prompt skipping
 ``trl_zerostd_prompt_skip.pt``: the skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a
 setting that decides only how each batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported;
 every other one configures an object with state and must be the checkpoint's, or the state would not fit the object. A
@@ -31,7 +31,7 @@ from ..sampling.refill import BatchRefiller
 from ..sampling.skipping import PromptSkipper, history_key
 from ..sampling.streams import STREAM_SEED_OFFSET, PromptStream, RowStream
 from .config import check_compatible
-from .trl_layout import ENVIRONMENT_PLACEHOLDER, seeded_sampler_randomness
+from .trl_layout import ENVIRONMENT_PLACEHOLDER, pass_in_progress, seeded_sampler_randomness
 
 STATE_FILE = "trl_zerostd.json"
 SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
@@ -44,7 +44,7 @@ class ZeroStdState:
     ``rows_trained_this_step``: rows with a policy or KL term in the optimizer step so far, all micro-batches;
     ``decisive_funcs``: ``(K,)`` bool, the reward functions whose sum decides a tie (``zero_std_reward_funcs``; None:
     all); ``train_passes``: TRL's train sampler, each pass replayed as an unbroken run draws it (set where the trainer
-    builds its dataloader)."""
+    builds its dataloader; a resume sets its pass from the checkpoint's trainer state)."""
 
     settings: ZeroStdArguments
     stall_monitor: StallMonitor
@@ -112,7 +112,6 @@ class ZeroStdState:
             "reward_range": self.reward_range,
             "stall_monitor": self.stall_monitor.state_dict(),
             "informative_history": [0.0, 0.0],
-            "train_passes": self.train_passes.state_dict() if self.train_passes is not None else None,
             **refill,
         }
 
@@ -136,8 +135,6 @@ class ZeroStdState:
         self.stall_monitor.load_state_dict(state["stall_monitor"])
         if self.refiller is not None and state.get("prompt_stream") is not None:
             self.refiller.load_state_dict(state)
-        if self.train_passes is not None and state.get("train_passes") is not None:
-            self.train_passes.load_state_dict(state["train_passes"])
         if not changed:
             return None
         changes = "; ".join(f"{k}: the checkpoint {then!r}, this run {now!r}" for k, (now, then) in changed.items())
@@ -153,6 +150,8 @@ class ZeroStdState:
         """Restore what ``save`` wrote into ``folder``; returns the notices to log once: the per-batch settings that
         changed, or, for a checkpoint without the state (TRL's own) with dynamic sampling or prompt skipping on, that
         their state starts fresh."""
+        if self.train_passes is not None:  # a checkpoint of TRL's own trainer too
+            self.train_passes.resume_at(pass_in_progress(folder))
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
             if self.refiller is None:
@@ -209,8 +208,8 @@ def build_state(
 
 
 def replayed_passes(state: ZeroStdState | None, sampler):
-    """TRL's train ``sampler`` with each pass the one an unbroken run draws (``ReplayedPasses``, checkpointed in
-    ``state``: TRL's own draws its first pass again in a resumed run) where it is seeded; as it is otherwise."""
+    """TRL's train ``sampler`` with each pass the one an unbroken run draws (``ReplayedPasses``, held in ``state``:
+    TRL's own draws its first pass again in a resumed run) where it is seeded; as it is otherwise."""
     randomness = seeded_sampler_randomness(sampler)
     if state is None or randomness is None:
         return sampler

@@ -10,12 +10,14 @@ number.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import RepeatSampler
 from trl.trainer.utils import split_pixel_values_by_grid as split_pixel_values_by_grid  # TRL's, for loss.py
@@ -172,6 +174,14 @@ def seeded_sampler_randomness(sampler) -> tuple[torch.Generator, int] | None:
     if isinstance(sampler, RepeatSampler) and sampler.shuffle and sampler.seed is not None:
         return sampler.generator, sampler.seed
     return None
+
+
+def pass_in_progress(checkpoint: str) -> int:
+    """The pass over the train set that a run resumed from ``checkpoint`` goes on in (0: the first): transformers'
+    ``Trainer`` counts ``epoch`` as the passes done plus the share of the current one trained, exactly the next whole
+    number at a pass's last step, and resumes in pass ``int(epoch)``."""
+    with open(os.path.join(checkpoint, TRAINER_STATE_NAME)) as file:
+        return int(json.load(file)["epoch"])
 
 
 def vllm_generation(trainer):
