@@ -28,6 +28,7 @@ TEST_ORDER = [
     "tests/core/test_groups.py", "tests/core/test_plan.py", "tests/core/test_advantages.py",
     "tests/core/test_monitor.py", "tests/trainer/test_tied_groups.py", "tests/sampling/test_streams.py",
     "tests/sampling/test_sizes.py", "tests/sampling/test_success_rate.py", "tests/sampling/test_skipping.py",
+    "tests/sampling/test_passes.py",
     "tests/sampling/test_refill.py", "tests/trainer/test_decisive_rewards.py", "tests/trainer/test_vllm.py",
     "tests/trainer/test_grpo.py", "tests/trainer/test_rloo.py", "tests/trainer/test_adapter.py",
     "tests/trainer/test_dynamic_sampling.py", "tests/trainer/test_prompt_skipping.py",
@@ -298,6 +299,24 @@ MUTATIONS = [  # (label, file, original, mutant)
         "sampling/skipping.py",
         "return probs if self.hashed is None else torch.where(self.hashed.known(keys), probs, 1.0)",
         "return probs",
+    ),
+    (
+        "passes: a resumed run draws its passes from the first again",
+        "trainer/state.py",
+        "            self.train_passes.resume_at(pass_in_progress(folder))\n",
+        "            pass\n",
+    ),
+    (
+        "passes: a pass drawn afresh is not reseeded",
+        "sampling/passes.py",
+        "            self.generator.manual_seed(self.seed)\n",
+        "            pass\n",
+    ),
+    (
+        "passes: a pass drawn afresh does not draw the passes before it",
+        "sampling/passes.py",
+        "            for _ in range(epoch):\n",
+        "            for _ in range(0):\n",
     ),
     (
         "skipping: the prior's counts never decay",
