@@ -114,7 +114,7 @@ def timing_generation(trainer_cls):
             if resume_from_checkpoint is True:  # as TRL's own: the newest checkpoint in output_dir
                 resume_from_checkpoint = last_checkpoint(Path(self.args.output_dir))
                 if resume_from_checkpoint is None:
-                    raise ValueError(f"resume_from_checkpoint=True: no checkpoint in {self.args.output_dir}")
+                    raise ValueError(f"resume_from_checkpoint=True: no finished checkpoint in {self.args.output_dir}")
             if resume_from_checkpoint:
                 load_study_state(self, Path(resume_from_checkpoint))
             return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
@@ -261,9 +261,12 @@ def train_probe(trainer):
 
 def study_state(trainer) -> dict:
     """What ``timing_generation``'s trainer has counted so far, by optimizer step, as JSON (a checkpoint's
-    ``STUDY_STATE``): its ``COUNTERS``, its ``prompt_tally``, its probes' ``train_groups`` and ``resumed_at``."""
+    ``STUDY_STATE``): its ``COUNTERS``, its ``prompt_tally``, its probes' ``train_groups``, ``resumed_at`` and how far
+    into a generation batch it is (``generation_phase``)."""
     state = {name: dict(getattr(trainer, name)) for name in COUNTERS}
     state["resumed_at"] = trainer.resumed_at
+    args = trainer.args  # micro-batches trained of the generation batch in progress (TRL's count, `_step`)
+    state["generation_phase"] = getattr(trainer, "_step", 0) % (args.steps_per_generation * args.num_iterations)
     if hasattr(trainer, "prompt_tally"):
         tally = trainer.prompt_tally
         state["prompt_draws"] = {step: dict(counts) for step, counts in tally.draws.items()}
@@ -277,7 +280,12 @@ def study_state(trainer) -> dict:
 
 def load_study_state(trainer, checkpoint: Path) -> None:
     """Restore ``study_state`` from ``checkpoint`` (JSON's keys are strings: steps back to ints) and note the step the
-    run resumes at, so that a record's wall times are read knowing the run restarted there."""
+    run resumes at, so that a record's wall times are read knowing the run restarted there. A checkpoint inside a
+    generation batch is refused: TRL does not checkpoint the batch's completions (nor its count of micro-batches), so
+    a run resumed there would train other completions than an unbroken one (a run's last step is exempt: nothing is
+    left to train)."""
+    from trl_zerostd.trainer.trl_layout import pass_in_progress
+
     path = checkpoint / STUDY_STATE
     if not path.exists():
         raise FileNotFoundError(
@@ -285,6 +293,15 @@ def load_study_state(trainer, checkpoint: Path) -> None:
             "and run again"
         )
     state = json.loads(path.read_text())
+    global_step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    phase = state.get("generation_phase", 0)  # absent: saved by a run that generated every step (the first ones)
+    if phase and global_step < trainer.args.max_steps:
+        raise ValueError(
+            f"{checkpoint} falls inside a generation batch ({phase} micro-batches into it), "
+            "whose completions TRL does not checkpoint: resumed there, it would train other completions than an "
+            "unbroken run. Delete it (an earlier checkpoint resumes) and save at steps that end a generation batch "
+            "(--save_steps)."
+        )
     for name in COUNTERS:
         getattr(trainer, name).update({int(step): value for step, value in state[name].items()})
     if hasattr(trainer, "prompt_tally"):
@@ -296,18 +313,6 @@ def load_study_state(trainer, checkpoint: Path) -> None:
     probe = train_probe(trainer)
     if probe is not None:
         probe.train_groups.update({int(step): groups for step, groups in state["train_groups"].items()})
-    from trl_zerostd.trainer.trl_layout import pass_in_progress
-
-    global_step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
-    args = trainer.args
-    generation_cycle = args.steps_per_generation * args.num_iterations  # micro-batches one generation trains
-    if global_step * args.gradient_accumulation_steps % generation_cycle:
-        raise ValueError(
-            f"{checkpoint} falls inside a generation batch (steps_per_generation x num_iterations = "
-            f"{generation_cycle} micro-batches), whose completions TRL does not checkpoint: resumed there, it would "
-            "train other completions than an unbroken run. Delete it (an earlier checkpoint resumes) and save at "
-            "steps that end a generation batch (--save_steps)."
-        )
     trainer.resumed_at = [*state["resumed_at"], global_step]
     trainer.resumed_pass = pass_in_progress(str(checkpoint))  # read where the dataloader is built
 
@@ -369,6 +374,9 @@ def train_job(job: tuple[str, list[str], float, int, int, str], wrap=timing_gene
     checkpoint = last_checkpoint(output_dir)  # a run killed after a checkpoint (flags with --save_steps) goes on
     if checkpoint is not None and not arm.startswith("cgrpo"):  # the peer's calibration state is not checkpointed
         argv += ["--resume_from_checkpoint", checkpoint]
+    else:  # a fresh start keeps nothing of an earlier one (a save killed half-way, the peer's)
+        for stale in output_dir.glob("checkpoint-*"):
+            shutil.rmtree(stale)
     if arm == "trl" or arm.startswith("trl-"):
         return run(wrap(GRPOTrainer), GRPOConfig, without_package_flags(argv))
     if arm.startswith("cgrpo"):

@@ -154,19 +154,22 @@ def test_the_checkpoint_resumed_is_the_newest_a_save_finished_and_of_the_same_jo
         check_same_job(tmp_path, [*job[:4], 20])
 
 
-def test_a_checkpoint_inside_a_generation_batch_is_refused(tmp_path):
-    """Under num_iterations 2 a generation batch trains 2 steps, and TRL does not checkpoint its completions: a
-    checkpoint after step 5 is refused, one after step 4 resumes."""
-    state = {name: {} for name in COUNTERS} | {"resumed_at": []}
-    args = SimpleNamespace(steps_per_generation=1, num_iterations=2, gradient_accumulation_steps=1)
+def test_a_checkpoint_inside_a_generation_batch_is_refused_but_at_the_last_step(tmp_path):
+    """A generation batch in progress (TRL's count of micro-batches into it, saved with the checkpoint): its
+    completions are not checkpointed, so a resume there is refused, but at the run's last step (nothing left to
+    train); a checkpoint that ends a generation batch resumes."""
+    args = SimpleNamespace(max_steps=7)
     trainer = SimpleNamespace(args=args, callback_handler=SimpleNamespace(callbacks=[]), resumed_at=[],
                               **{name: {} for name in COUNTERS})  # fmt: skip
-    for step in (4, 5):
+    for step, phase in ((4, 0), (5, 1), (7, 1)):
         checkpoint = tmp_path / f"checkpoint-{step}"
         checkpoint.mkdir()
+        state = {name: {} for name in COUNTERS} | {"resumed_at": [], "generation_phase": phase}
         (checkpoint / STUDY_STATE).write_text(json.dumps(state))
         (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": step / 4}))
     load_study_state(trainer, tmp_path / "checkpoint-4")
     assert trainer.resumed_at == [4] and trainer.resumed_pass == 1
-    with pytest.raises(ValueError, match="falls inside a generation batch"):
+    with pytest.raises(ValueError, match=r"falls inside a generation batch \(1 micro-batches into it\)"):
         load_study_state(trainer, tmp_path / "checkpoint-5")
+    load_study_state(trainer, tmp_path / "checkpoint-7")
+    assert trainer.resumed_at == [7] and trainer.resumed_pass == 1

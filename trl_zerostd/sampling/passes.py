@@ -19,7 +19,7 @@ class ReplayedPasses(Sampler[int]):
     """``sampler`` (seeded with ``seed``, its randomness all in ``generator``), each pass the order that pass draws in
     an unbroken run. ``epoch`` is the pass the next ``__iter__`` draws: it counts the passes begun, and a resumed run
     sets it (``resume_at``) from the trainer's own count of passes, not from how far the sampler was read (a loader
-    with worker processes reads a pass to its end long before training does). The first pass after a resume reaches
+    reads ahead of training, its worker processes several batches). The first pass after a resume reaches
     its order by drawing the passes before it (each a pass over the sampler's indices: cheap next to training on
     them)."""
 

@@ -179,8 +179,12 @@ def seeded_sampler_randomness(sampler) -> tuple[torch.Generator, int] | None:
 def pass_in_progress(checkpoint: str) -> int:
     """The pass over the train set that a run resumed from ``checkpoint`` goes on in (0: the first): transformers'
     ``Trainer`` counts ``epoch`` as the passes done plus the share of the current one trained, exactly the next whole
-    number at a pass's last step, and resumes in pass ``int(epoch)``."""
-    with open(os.path.join(checkpoint, TRAINER_STATE_NAME)) as file:
+    number at a pass's last step, and resumes in pass ``int(epoch)``; in the first where the checkpoint has no trainer
+    state, as transformers does."""
+    path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+    if not os.path.exists(path):
+        return 0
+    with open(path) as file:
         return int(json.load(file)["epoch"])
 
 
