@@ -128,3 +128,16 @@ def test_a_run_resumed_inside_a_later_pass_draws_the_prompts_an_unbroken_run_dra
     assert len(unbroken_steps) == 7 and len(resumed_steps) == 1
     assert sorted(sum(unbroken_steps[4:7], [])) != sorted(sum(unbroken_steps[:3], []))  # the passes' orders differ
     assert (resumed_steps[0] == unbroken_steps[6]) == ours
+
+
+def test_a_checkpoint_saved_inside_a_generation_batch_says_so_on_resume(make_trainer, tmp_path, caplog):
+    """Under num_iterations 2 a generation batch trains 2 steps and TRL keeps its completions in memory only: a
+    checkpoint after step 1 resumes with a notice naming it, one after step 2 without."""
+    trainer = make_trainer("grpo", num_iterations=2, max_steps=2, save_strategy="steps", save_steps=1)
+    trainer.train()
+    checkpoints = Path(trainer.args.output_dir)
+    inside = resume_warnings(make_trainer("grpo", num_iterations=2, max_steps=2), checkpoints / "checkpoint-1", caplog)
+    assert len(inside) == 1 and "saved 1 micro-batch(es) into a generation batch" in inside[0]
+    caplog.clear()
+    at_end = resume_warnings(make_trainer("grpo", num_iterations=2, max_steps=3), checkpoints / "checkpoint-2", caplog)
+    assert at_end == []

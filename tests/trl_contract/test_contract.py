@@ -342,3 +342,14 @@ def test_repeat_sampler_draws_each_pass_from_its_seeded_generator_alone():
     assert [list(sampler) for _ in range(3)] == passes
     fresh = trl_utils.RepeatSampler(dataset, mini_repeat_count=2, batch_size=4, repeat_count=2, seed=7)
     assert list(fresh) == passes[0]
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_step_counts_the_micro_batches_trained_and_a_generation_batch_spans_num_iterations_of_them(kind, make_trainer):
+    """``trl_layout.generation_phase`` reads ``_step`` (micro-batches trained, not checkpointed) against
+    ``steps_per_generation x num_iterations``: after one step of two under num_iterations 2, one micro-batch of the
+    generation batch has trained and its completions are buffered (``_buffered_inputs``, in memory only)."""
+    trainer = make_trainer(kind, ours=False, num_iterations=2, max_steps=1)
+    trainer.train()
+    assert trainer._step == 1 and trainer._buffered_inputs is not None
+    assert trl_layout.generation_phase(trainer) == 1

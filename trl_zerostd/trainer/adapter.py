@@ -225,7 +225,7 @@ class ZeroStdAdapter(TrainerHooks, TRLTrainer):
         # follows {GRPO,RLOO}Trainer._save_checkpoint (TRL 1.14.1-1.16): the package's state travels with it
         super()._save_checkpoint(model, trial)
         if self.args.should_save and self.zero_std is not None:
-            self.zero_std.save(trl_layout.checkpoint_dir(self, trial))
+            self.zero_std.save(trl_layout.checkpoint_dir(self, trial), trl_layout.generation_phase(self))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         # follows {GRPO,RLOO}Trainer._load_optimizer_and_scheduler (TRL 1.14.1-1.16): restores the package's state

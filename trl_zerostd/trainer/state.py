@@ -140,16 +140,18 @@ class ZeroStdState:
         changes = "; ".join(f"{k}: the checkpoint {then!r}, this run {now!r}" for k, (now, then) in changed.items())
         return f"trl_zerostd: resuming with settings that decide only how each batch trains changed: {changes}."
 
-    def save(self, folder: str) -> None:
+    def save(self, folder: str, generation_phase: int = 0) -> None:
+        """The state into ``folder``, with how many micro-batches of a generation batch had trained
+        (``generation_phase``; 0 at a generation batch's end), which TRL keeps in memory only."""
         with open(os.path.join(folder, STATE_FILE), "w") as f:
-            json.dump(self.state_dict(), f, indent=2)
+            json.dump({**self.state_dict(), "generation_phase": generation_phase}, f, indent=2)
         if self.skipper is not None:
             torch.save(self.skipper.state_dict(), os.path.join(folder, SKIP_STATE_FILE))
 
     def load(self, folder: str) -> list[str]:
         """Restore what ``save`` wrote into ``folder``; returns the notices to log once: the per-batch settings that
-        changed, or, for a checkpoint without the state (TRL's own) with dynamic sampling or prompt skipping on, that
-        their state starts fresh."""
+        changed, a checkpoint saved inside a generation batch, or, for a checkpoint without the state (TRL's own)
+        with dynamic sampling or prompt skipping on, that their state starts fresh."""
         if self.train_passes is not None:  # a checkpoint of TRL's own trainer too
             self.train_passes.resume_at(pass_in_progress(folder))
         path = os.path.join(folder, STATE_FILE)
@@ -167,11 +169,19 @@ class ZeroStdState:
                 "range and the stall monitor."
             ]
         with open(path) as f:
-            notice = self.load_state_dict(json.load(f))
+            state = json.load(f)
+        notices = [notice] if (notice := self.load_state_dict(state)) else []
         skip_state = os.path.join(folder, SKIP_STATE_FILE)
         if self.skipper is not None and os.path.exists(skip_state):
             self.skipper.load_state_dict(torch.load(skip_state))
-        return [notice] if notice else []
+        if phase := state.get("generation_phase", 0):
+            notices.append(
+                f"trl_zerostd: the checkpoint {folder} was saved {phase} micro-batch(es) into a generation batch "
+                "(steps_per_generation x num_iterations); TRL keeps that batch's completions in memory only, so this "
+                "run generates anew there and trains other completions than an unbroken run. Save where a "
+                "generation batch ends (save_steps a multiple of it) to resume bit for bit."
+            )
+        return notices
 
 
 def build_state(

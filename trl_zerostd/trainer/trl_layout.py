@@ -176,6 +176,12 @@ def seeded_sampler_randomness(sampler) -> tuple[torch.Generator, int] | None:
     return None
 
 
+def generation_phase(trainer) -> int:
+    """Micro-batches trained of the generation batch in progress: TRL's count ``_step`` modulo the micro-batches one
+    generation trains (``steps_per_generation`` x ``num_iterations``); 0 where a generation batch has just ended."""
+    return trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations)
+
+
 def pass_in_progress(checkpoint: str) -> int:
     """The pass over the train set that a run resumed from ``checkpoint`` goes on in (0: the first): transformers'
     ``Trainer`` counts ``epoch`` as the passes done plus the share of the current one trained, exactly the next whole
