@@ -284,7 +284,7 @@ def load_study_state(trainer, checkpoint: Path) -> None:
     generation batch is refused: TRL does not checkpoint the batch's completions (nor its count of micro-batches), so
     a run resumed there would train other completions than an unbroken one (a run's last step is exempt: nothing is
     left to train)."""
-    from trl_zerostd.trainer.trl_layout import pass_in_progress
+    from trl_zerostd.sampling.passes import pass_in_progress
 
     path = checkpoint / STUDY_STATE
     if not path.exists():

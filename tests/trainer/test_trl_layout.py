@@ -87,3 +87,13 @@ def test_the_seeded_sampler_s_randomness_is_trl_s_repeat_sampler_s_generator_and
     assert trl_layout.seeded_sampler_randomness(RepeatSampler(dataset, 2, 3, shuffle=False, seed=5)) is None
     assert trl_layout.seeded_sampler_randomness(RepeatSampler(dataset, 2, 3)) is None
     assert trl_layout.seeded_sampler_randomness(SequentialSampler(dataset)) is None
+
+
+def test_the_trainer_state_file_passes_reads_is_transformers():
+    """``sampling.passes.pass_in_progress`` reads the file transformers writes into each checkpoint (pure: it names it
+    without importing transformers)."""
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    from trl_zerostd.sampling.passes import TRAINER_STATE
+
+    assert TRAINER_STATE == TRAINER_STATE_NAME

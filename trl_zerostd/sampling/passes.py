@@ -9,10 +9,26 @@ prompts (several passes) and is resumed.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 
 import torch
 from torch.utils.data import Sampler
+
+TRAINER_STATE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME, in each checkpoint
+
+
+def pass_in_progress(checkpoint: str) -> int:
+    """The pass over the train set that a run resumed from ``checkpoint`` goes on in (0: the first): transformers'
+    ``Trainer`` counts ``epoch`` as the passes done plus the share of the current one trained, exactly the next whole
+    number at a pass's last step, and resumes in pass ``int(epoch)``; in the first where the checkpoint has no trainer
+    state, as transformers does."""
+    path = os.path.join(checkpoint, TRAINER_STATE)
+    if not os.path.exists(path):
+        return 0
+    with open(path) as file:
+        return int(json.load(file)["epoch"])
 
 
 class ReplayedPasses(Sampler[int]):

@@ -1,15 +1,10 @@
 """The package's state in a trainer, in one typed home: ``ZeroStdState`` holds the settings, the task-reward range,
-the stall monitor and, when dynamic sampling or prompt skipping is on, the ``BatchRefiller`` (prompt stream and
-skipper). ``build_state`` is the one place that turns settings into objects: the refill is on exactly when
-``state.refiller`` exists, prompt skipping exactly when ``state.skipper`` exists, and no code reads those switches
-again; the refill reads whether it is dynamic sampling from the settings it holds.
-
-A checkpoint carries ``trl_zerostd.json``: the settings and the running state (reward range, stall monitor, the
-stream's place, the refill's decayed group counts), and with prompt skipping
-``trl_zerostd_prompt_skip.pt``: the skipper's tensors (21 bytes a history slot, too large for JSON). On resume, a
-setting that decides only how each batch trains (``config.PER_BATCH_FIELDS``) may change, and the change is reported;
-every other one configures an object with state and must be the checkpoint's, or the state would not fit the object. A
-checkpoint without the file (TRL's own) leaves the state as built: the stream and skipper start fresh.
+the stall monitor and, with dynamic sampling or prompt skipping, the ``BatchRefiller`` (prompt stream and skipper).
+``build_state`` alone turns settings into objects: the refill is on exactly when ``state.refiller`` exists, skipping
+exactly when ``state.skipper`` does. A checkpoint carries ``trl_zerostd.json`` (the settings, the running state) and,
+with skipping, ``trl_zerostd_prompt_skip.pt`` (the skipper's tensors). On resume a setting that decides only how each
+batch trains (``config.PER_BATCH_FIELDS``) may change, with a notice; any other must be the checkpoint's. A checkpoint
+without the file (TRL's own) leaves the state as built.
 """
 
 from __future__ import annotations
@@ -26,12 +21,12 @@ from datasets import IterableDataset
 from .. import core
 from ..core.monitor import StallMonitor, stall_advice
 from ..core.settings import PER_BATCH_FIELDS, ZeroStdArguments, checkpoint_settings, tied_groups_train
-from ..sampling.passes import ReplayedPasses
+from ..sampling.passes import ReplayedPasses, pass_in_progress
 from ..sampling.refill import BatchRefiller
 from ..sampling.skipping import PromptSkipper, history_key
 from ..sampling.streams import STREAM_SEED_OFFSET, PromptStream, RowStream
 from .config import check_compatible
-from .trl_layout import ENVIRONMENT_PLACEHOLDER, pass_in_progress, seeded_sampler_randomness
+from .trl_layout import ENVIRONMENT_PLACEHOLDER, seeded_sampler_randomness
 
 STATE_FILE = "trl_zerostd.json"
 SKIP_STATE_FILE = "trl_zerostd_prompt_skip.pt"
@@ -141,8 +136,7 @@ class ZeroStdState:
         return f"trl_zerostd: resuming with settings that decide only how each batch trains changed: {changes}."
 
     def save(self, folder: str, generation_phase: int = 0) -> None:
-        """The state into ``folder``, with how many micro-batches of a generation batch had trained
-        (``generation_phase``; 0 at a generation batch's end), which TRL keeps in memory only."""
+        """The state into ``folder``, with the micro-batches trained of the generation batch in progress."""
         with open(os.path.join(folder, STATE_FILE), "w") as f:
             json.dump({**self.state_dict(), "generation_phase": generation_phase}, f, indent=2)
         if self.skipper is not None:
@@ -174,12 +168,11 @@ class ZeroStdState:
         skip_state = os.path.join(folder, SKIP_STATE_FILE)
         if self.skipper is not None and os.path.exists(skip_state):
             self.skipper.load_state_dict(torch.load(skip_state))
-        if phase := state.get("generation_phase", 0):
+        if phase := state.get("generation_phase", 0):  # TRL keeps a generation batch's completions in memory only
             notices.append(
-                f"trl_zerostd: the checkpoint {folder} was saved {phase} micro-batch(es) into a generation batch "
-                "(steps_per_generation x num_iterations); TRL keeps that batch's completions in memory only, so this "
-                "run generates anew there and trains other completions than an unbroken run. Save where a "
-                "generation batch ends (save_steps a multiple of it) to resume bit for bit."
+                f"trl_zerostd: the checkpoint {folder} was saved {phase} micro-batch(es) into a generation batch, "
+                "whose completions TRL does not save: this run trains new ones there. Save where one ends to resume "
+                "bit for bit."
             )
         return notices
 

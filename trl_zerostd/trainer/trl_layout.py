@@ -10,14 +10,12 @@ number.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
-from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import RepeatSampler
 from trl.trainer.utils import split_pixel_values_by_grid as split_pixel_values_by_grid  # TRL's, for loss.py
@@ -180,18 +178,6 @@ def generation_phase(trainer) -> int:
     """Micro-batches trained of the generation batch in progress: TRL's count ``_step`` modulo the micro-batches one
     generation trains (``steps_per_generation`` x ``num_iterations``); 0 where a generation batch has just ended."""
     return trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations)
-
-
-def pass_in_progress(checkpoint: str) -> int:
-    """The pass over the train set that a run resumed from ``checkpoint`` goes on in (0: the first): transformers'
-    ``Trainer`` counts ``epoch`` as the passes done plus the share of the current one trained, exactly the next whole
-    number at a pass's last step, and resumes in pass ``int(epoch)``; in the first where the checkpoint has no trainer
-    state, as transformers does."""
-    path = os.path.join(checkpoint, TRAINER_STATE_NAME)
-    if not os.path.exists(path):
-        return 0
-    with open(path) as file:
-        return int(json.load(file)["epoch"])
 
 
 def vllm_generation(trainer):
