@@ -46,10 +46,10 @@ LABELS = {
     "skip-rate-prior-f02-mu2-x2-lr05": "skipping, `num_iterations=2`, 2x steps, half the rate",
     "keep_failed-g4": "`keep_failed`, `num_generations=4`",
     "cgrpo-g8": "the peer `trl-cgrpo`, grid 2, 4, 8",
-    "skip-rate-kf": "prompt skipping over `keep_failed`, before the fade",
-    "skip-rate-prior-kf": "prompt skipping over `keep_failed`, level prior, before the fade",
-    "skip-fade-kf": "prompt skipping over `keep_failed`",
-    "skip-fade-prior-kf": "prompt skipping over `keep_failed`, level prior",
+    "skip-rate-kf": "prompt skipping over `keep_failed`",
+    "skip-rate-prior-kf": "prompt skipping over `keep_failed`, level prior",
+    "skip-fade-kf": "prompt skipping over `keep_failed`, evidence fading",
+    "skip-fade-prior-kf": "prompt skipping over `keep_failed`, level prior, evidence fading",
 }
 README_ARMS = ["trl", "keep_failed", "zvp-a02", "skip-rate-prior", "dynamic", "keep_failed-g4"]
 TOKEN_LABELS = {

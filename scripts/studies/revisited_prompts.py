@@ -15,9 +15,10 @@ out split has 250 prompts (38, 38, 50, 50, 38, 36 a level), none of them in the 
 other prompts than the sibling's of the same seed (one seeded generator draws both splits), so accuracies compare with
 it by level, not prompt by prompt.
 
-The arms: base TRL, ``keep_failed``, and prompt skipping over ``keep_failed`` with the prior by level
-(``skip-fade-prior-kf``) and without (``skip-fade-kf``); ``skip-rate-prior-kf`` and ``skip-rate-kf`` are the same on
-the predictor before its evidence faded (their records are read; ``time_to_accuracy_arms.FADE_COMMIT`` trains them).
+The arms: base TRL, ``keep_failed``, and prompt skipping over ``keep_failed`` without a prior column
+(``skip-rate-kf``, the headline) and with the prior by level (``skip-rate-prior-kf``); ``skip-fade-prior-kf`` and
+``skip-fade-kf`` are the same on the predictor whose evidence faded, which did not pay (their records are read;
+``time_to_accuracy_arms.FADE_COMMIT`` trains them).
 Every record (``runs.run_one``) also holds, per optimizer step, the completions generated of each prompt
 (``prompt_draws``), their rewards (``prompt_rewards``) and the prompts skipping passed over (``prompt_skips``), and, at
 each evaluation, a group of every train prompt sampled and not trained on (``train_groups``, ``--eval_train_groups``):
@@ -37,8 +38,8 @@ if __package__ in (None, ""):  # run by path (python scripts/studies/<name>.py):
 from studies.time_to_accuracy_real import RealTimeToAccuracyArguments, run_real_study
 
 NUM_PROMPTS = 40  # today's level shares exactly; 10 steps a pass of 4 prompts: 4 passes in 40 steps
-ARMS_REVISITED = ["trl", "keep_failed", "skip-fade-prior-kf", "skip-fade-kf"]
-ARMS_RETIRED = ["skip-rate-prior-kf", "skip-rate-kf"]  # the predictor before evidence fading: their records are read
+ARMS_REVISITED = ["trl", "keep_failed", "skip-rate-kf", "skip-rate-prior-kf"]  # the headline: skip-rate-kf
+ARMS_RETIRED = ["skip-fade-prior-kf", "skip-fade-kf"]  # the predictor whose evidence faded: their records are read
 
 
 @dataclass

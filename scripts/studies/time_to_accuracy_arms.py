@@ -169,11 +169,9 @@ add(Arm("cgrpo", ("--budget_grid", "2", "4", "8", "16", "32", "--num_generations
                   "--per_device_train_batch_size", WIDE_BATCH)))  # fmt: skip
 # Prompts that come back (revisited_prompts.py): does skipping pay over keep_failed once a prompt's own history exists?
 add(*(ARMS[arm].variant("-kf", *KEEP_FAILED) for arm in ("skip-rate-prior", "skip-rate")))
-# The same flags on the predictor whose evidence fades as a prompt's level's rate moves (success_rate.EVIDENCE_FADE):
-# "skip-fade*"; the "skip-rate*-kf" records are of the predictor before it, which FADE_COMMIT trains. (The other
-# "-rate" arms, on the spread task and the real model's 4,000 prompts, train the predictor of the checkout they run
-# at, and their records are of the predictor before it: their pages say which.)
-FADE_COMMIT = "f02fb2f"
+# The same flags on the predictor whose evidence faded as a prompt's level's rate moved (success_rate.EVIDENCE_FADE 1):
+# "skip-fade*", retired (it did not pay); FADE_COMMIT trains them. The "skip-rate*" arms train the package's predictor,
+# whose evidence does not fade, as every record of them did.
+FADE_COMMIT = "37ad2b1"
 for arm in ("skip-rate-prior-kf", "skip-rate-kf"):
-    add(replace(ARMS[arm], name=arm.replace("skip-rate", "skip-fade")))
-    ARMS[arm] = replace(ARMS[arm], retired_at=FADE_COMMIT)
+    add(replace(ARMS[arm], name=arm.replace("skip-rate", "skip-fade"), retired_at=FADE_COMMIT))

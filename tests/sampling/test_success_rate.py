@@ -136,10 +136,12 @@ def test_a_checkpoint_keeps_the_rates_each_slot_was_recorded_at_and_one_without_
     """After the group's rate moved, the restored predictor draws as the saved one (the recorded rates travel); a
     checkpoint without them takes the group's rate at the checkpoint: weight 1 until it moves."""
     rates = SuccessRates.new(8, 4, list("aabb"))
+    rates.evidence_fade = 1.0  # the fade studied in issue 70 (the package's is 0)
     record_binary(rates, torch.tensor([0, 2]), torch.tensor([0.0, 8.0], dtype=torch.float64), torch.full((2,), 8.0))
     record_binary(rates, torch.tensor([1]), torch.tensor([6.0], dtype=torch.float64), torch.full((1,), 8.0))
     assert rates.evidence_weights(torch.tensor([0]))[1].item() < 0.5  # its failures, as the rate rose
     restored = SuccessRates.new(8, 4, list("aabb"))
+    restored.evidence_fade = 1.0  # the fade studied in issue 70 (the package's is 0)
     restored.load_state_dict(rates.state_dict())
     assert torch.equal(restored.draw_prob(torch.arange(4), 0.05), rates.draw_prob(torch.arange(4), 0.05))
     old = {name: value for name, value in rates.state_dict().items() if name != "recorded_rates"}
@@ -152,6 +154,7 @@ def test_evidence_weights_fade_failures_as_the_rate_rises_and_successes_as_it_fa
     is now 0.25: slot 0's failures weigh the odds ratio of 1/9 and 1/3 (1/3), slot 1's successes that of 3 and 1/3
     (1/9), the rest 1. With ``evidence_fade`` 2, squared."""
     rates = SuccessRates.new(8, 3)
+    rates.evidence_fade = 1.0  # the fade studied in issue 70 (the package's is 0)
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # (9.5 + 1) / (40 + 2) = 0.25
     rates.recorded_rates = torch.tensor([0.1, 0.75, 0.25], dtype=torch.float64)
     successes, failures = rates.evidence_weights(torch.arange(3))
@@ -166,6 +169,7 @@ def test_weighed_evidence_weighs_successes_failures_and_each_side_of_the_ties_by
     """Slot 0: 2 right of 8 and all-wrong ties of 6 rows; slot 1: 8 right of 8, all right; rate then 0.1 and 0.75,
     now 0.25, as above."""
     rates = SuccessRates.new(8, 2)
+    rates.evidence_fade = 1.0  # the fade studied in issue 70 (the package's is 0)
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)
     rates.recorded_rates = torch.tensor([0.1, 0.75], dtype=torch.float64)
     rates.successes, rates.rows = torch.tensor([2.0, 8.0]), torch.tensor([8.0, 8.0])
@@ -180,6 +184,7 @@ def test_a_new_group_lands_on_the_earlier_evidence_weighed_as_it_stood():
     """Slot 0 tied all wrong (8 rows), then its group's rate moved to 0.25: its next group (4 right of 8) is added to
     the earlier evidence weighed by ``evidence_weights``, not to that evidence at full weight again."""
     rates = SuccessRates.new(8, 2)
+    rates.evidence_fade = 1.0  # the fade studied in issue 70 (the package's is 0)
     record_binary(rates, torch.tensor([0]), torch.tensor([0.0], dtype=torch.float64), rows(1))
     rates.group_counts[0] = torch.tensor([9.5, 40.0], dtype=torch.float64)  # rate 0.25
     weight = rates.evidence_weights(torch.tensor([0]))[1].item()  # its failures: the rate rose

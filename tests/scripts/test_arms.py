@@ -74,11 +74,11 @@ def test_a_retired_arm_is_read_not_run(tmp_path):
 
 def test_every_arm_s_values_are_the_package_s_unless_retired():
     """An arm that sets a value the package refuses, or a field it no longer has, is marked retired (its setting left
-    the package); the arms retired with the predictor before evidence fading set only the package's values."""
+    the package); the arms retired with the predictor whose evidence faded set only the package's values."""
     allowed = allowed_values()
     assert [name for name, arm in ARMS.items() if arm.retired_at == FADE_COMMIT] == [
-        "skip-rate-prior-kf",
-        "skip-rate-kf",
+        "skip-fade-prior-kf",
+        "skip-fade-kf",
     ]
     for name, arm in ARMS.items():
         flags = arm_flags(name, STUDY)

@@ -31,7 +31,7 @@ def test_the_jobs_run_seed_by_seed_each_with_40_prompts():
     for arm, flags, *_ in planned:
         assert flags[flags.index("--num_prompts") + 1] == "40"
         assert ("--zero_std_kl" in flags) == (arm != "trl")
-        assert ("--skip_prior_key" in flags) == (arm == "skip-fade-prior-kf")
+        assert ("--skip_prior_key" in flags) == (arm == "skip-rate-prior-kf")
 
 
 def test_passed_over_counts_a_row_taken_in_one_pass_and_skipped_in_another():

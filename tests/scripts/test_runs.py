@@ -91,7 +91,7 @@ class Killed(Exception):
     [
         pytest.param("trl", [], marks=pytest.mark.every_trl),
         ("keep_failed", ["--zero_std_kl", "keep_failed"]),
-        ("skip-fade-kf", ["--skip_zero_std_prompts", "true", "--zero_std_kl", "keep_failed"]),
+        ("skip-rate-kf", ["--skip_zero_std_prompts", "true", "--zero_std_kl", "keep_failed"]),
     ],
 )
 def test_a_run_killed_after_a_checkpoint_goes_on_from_it_to_the_record_of_a_run_never_killed(

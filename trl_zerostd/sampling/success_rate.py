@@ -22,7 +22,8 @@ RATE_CLAMP = 0.01  # a group's rate is kept in [RATE_CLAMP, 1 - RATE_CLAMP], so 
 DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best group) ** DRAW_POWER
 STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
 PRIOR_DECAY = 0.9  # per generation batch: a group's rate looks back ~10 batches
-EVIDENCE_FADE = 1.0  # stale evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE
+EVIDENCE_FADE = 0.0  # stale evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE; 0: it
+# never fades (1 ranked the probes better and paid nowhere: docs/studies/revisited_prompts.md)
 
 
 class Outcome(IntEnum):
@@ -96,13 +97,13 @@ class SuccessRates:
     is ``(1 - P(stuck)) * P_beta(informative)``; it is drawn with probability ``(that / P_best) ** DRAW_POWER``,
     ``P_best`` a never-drawn prompt's of the best group, never below ``min_draw_prob``.
 
-    A prompt's own evidence (its counts and its one-sided rows) was measured on the policy of its last group. As
-    training moves its group's rate, the part of it that the move makes stale weighs less (``evidence_weights``): its
-    failures once the rate has risen, its successes once it has fallen. A prompt stuck all wrong while its level was
-    out of reach is measured again once the level's rate has risen; one stuck at a level whose rate stays put stays
-    at the floor, and so does a solved prompt whose level keeps improving. Without a prior column the group is every
-    prompt, so a rising overall rate brings every prompt stuck all wrong back now and then; a level rarely drawn
-    drifts toward 0.5 (``group_rates``), which brings back its prompts too. 29 bytes a slot."""
+    A prompt's own evidence (its counts and its one-sided rows) was measured on the policy of its last group. With
+    ``evidence_fade`` above 0, as training moves its group's rate, the part of it that the move makes stale weighs
+    less (``evidence_weights``): its failures once the rate has risen, its successes once it has fallen, so a prompt
+    stuck all wrong while its level was out of reach is measured again once the level's rate has risen. The package
+    keeps it at 0 (``EVIDENCE_FADE``): the fade ranked the study's probes better, and paid neither on the spread task
+    nor on the real model; the studies' replays set it. A level rarely drawn drifts toward 0.5 (``group_rates``),
+    which brings back its prompts. 29 bytes a slot."""
 
     group_size: int
     successes: torch.Tensor  # (num_slots,) float32
