@@ -9,7 +9,7 @@ Predictors: the prompt's band (its ``--prior_key`` group's informative rate over
 prior); the band and the prompt's last outcome (never drawn / informative / all-wrong / all-right: what the streak
 predictor, since removed, read), and the band and the number right in its last group, each as the informative rate of
 its cell over ~10 batches (a calibrated lookup table); the package's ``SuccessRates`` (prompt skipping's predictor)
-with the band as its groups, and the same with its evidence never fading (``evidence_fade`` 0); and "hindsight": the
+with the band as its groups, and the same with its evidence fading (``evidence_fade`` 1, tried); and "hindsight": the
 same Beta-binomial on the prompt's groups before and after (weight halving every 30 steps away), never the group
 itself. Prompts are keyed by their text.
 
@@ -166,7 +166,7 @@ PREDICTORS = {
         groups, lambda value, last: (value, None if last is None else round(sum(last)))
     ),
     "success rate (prompt skipping's)": success_rates,
-    "success rate, its evidence never fading": partial(success_rates, evidence_fade=0.0),
+    "success rate, its evidence fading (evidence_fade 1)": partial(success_rates, evidence_fade=1.0),
     "hindsight (sees later groups)": hindsight,
 }
 
