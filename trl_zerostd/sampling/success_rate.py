@@ -23,7 +23,7 @@ DRAW_POWER = 2.0  # draw prob = (P(informative) / a fresh prompt's of the best g
 STUCK_PRIOR = 0.1  # prior probability that a prompt ties on one side in every group (never solved, always solved)
 PRIOR_DECAY = 0.9  # per generation batch: a group's rate looks back ~10 batches
 EVIDENCE_FADE = 0.0  # stale evidence weighs (odds ratio of its group's rate then and now) ** EVIDENCE_FADE; 0: it
-# never fades (1 ranked the probes better and paid nowhere: docs/studies/revisited_prompts.md)
+# never fades (1 ranked the probes better, and did not pay: docs/studies/revisited_prompts.md)
 
 
 class Outcome(IntEnum):
