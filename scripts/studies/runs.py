@@ -263,10 +263,11 @@ def study_state(trainer) -> dict:
     """What ``timing_generation``'s trainer has counted so far, by optimizer step, as JSON (a checkpoint's
     ``STUDY_STATE``): its ``COUNTERS``, its ``prompt_tally``, its probes' ``train_groups``, ``resumed_at`` and how far
     into a generation batch it is (``generation_phase``)."""
+    from trl_zerostd.trainer.trl_layout import generation_phase
+
     state = {name: dict(getattr(trainer, name)) for name in COUNTERS}
     state["resumed_at"] = trainer.resumed_at
-    args = trainer.args  # micro-batches trained of the generation batch in progress (TRL's count, `_step`)
-    state["generation_phase"] = getattr(trainer, "_step", 0) % (args.steps_per_generation * args.num_iterations)
+    state["generation_phase"] = generation_phase(trainer)  # micro-batches into the generation batch in progress
     if hasattr(trainer, "prompt_tally"):
         tally = trainer.prompt_tally
         state["prompt_draws"] = {step: dict(counts) for step, counts in tally.draws.items()}
@@ -284,7 +285,7 @@ def load_study_state(trainer, checkpoint: Path) -> None:
     generation batch is refused: TRL does not checkpoint the batch's completions (nor its count of micro-batches), so
     a run resumed there would train other completions than an unbroken one (a run's last step is exempt: nothing is
     left to train)."""
-    from trl_zerostd.sampling.passes import pass_in_progress
+    from trl_zerostd.sampling.passes import TRAINER_STATE, pass_in_progress
 
     path = checkpoint / STUDY_STATE
     if not path.exists():
@@ -293,7 +294,7 @@ def load_study_state(trainer, checkpoint: Path) -> None:
             "and run again"
         )
     state = json.loads(path.read_text())
-    global_step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+    global_step = json.loads((checkpoint / TRAINER_STATE).read_text())["global_step"]
     phase = state.get("generation_phase", 0)  # absent: saved by a run that generated every step (the first ones)
     if phase and global_step < trainer.args.max_steps:
         raise ValueError(
